@@ -1,0 +1,27 @@
+"""forkq: a prefork background-job daemon on Redis, wire-compatible with Sidekiq.
+
+Public surface: :func:`job`, :class:`Job`, :class:`Client`, the middleware chains
+``client_middleware`` / ``server_middleware``, the lifecycle hooks
+``on_child_boot`` / ``on_child_exit``, and ``__version__``.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from forkq.client import MIDDLEWARE as client_middleware  # noqa: E402
+from forkq.client import Client  # noqa: E402
+from forkq.hooks import on_child_boot, on_child_exit  # noqa: E402
+from forkq.processor import MIDDLEWARE as server_middleware  # noqa: E402
+from forkq.registry import Job, job  # noqa: E402
+
+__all__ = [
+    "Client",
+    "Job",
+    "__version__",
+    "client_middleware",
+    "job",
+    "on_child_boot",
+    "on_child_exit",
+    "server_middleware",
+]

@@ -1,0 +1,5 @@
+"""``python -m forkq``: the same as the ``forkq`` command."""
+
+from forkq.cli import main
+
+raise SystemExit(main())

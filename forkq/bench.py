@@ -1,0 +1,183 @@
+"""``forkq bench``: throughput, enqueue-to-start latency and Redis cost of the real daemon.
+
+Runs ``forkq run`` as a subprocess on a private throwaway server (or the one
+given), then prints:
+
+- throughput: N no-op jobs pushed in bulk, jobs/s from the first push to the
+  last job counted in ``stat:processed`` (with a progress display);
+- latency: single pushes to an idle daemon, p50 / p99 / max of job start minus
+  ``enqueued_at``, recorded by a server middleware in each child and flushed to
+  ``forkq:bench:latency`` when the child exits;
+- Redis commands per job while busy, and per idle processor per second.
+
+Importing this module (as the daemon does through ``require: forkq.bench``)
+registers the no-op job, the middleware and the exit hook.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+import redis
+
+from forkq import client as clients
+from forkq import hooks, keys, registry
+from forkq.daemon import DaemonProcess, wait_for
+from forkq.embedded import EmbeddedServer
+from forkq.processor import MIDDLEWARE, JobContext
+
+QUEUE = "forkq-bench"
+LATENCY_KEY = "forkq:bench:latency"
+CHUNK = 1000
+_latencies: list[float] = []
+
+
+@registry.job(name="forkq.bench.noop", queue=QUEUE, retry=False)
+def noop(phase: str) -> None:
+    """Does nothing; ``phase`` tells the middleware whether to record latency."""
+
+
+def _record_latency(context: JobContext, call_next: Any) -> Any:
+    if context.name == "forkq.bench.noop" and context.args == ["latency"]:
+        _latencies.append(time.time() - float(context.payload["enqueued_at"]))
+    return call_next()
+
+
+def _flush_latencies() -> None:
+    if _latencies:
+        clients.default().redis.rpush(LATENCY_KEY, *map(repr, _latencies))
+        _latencies.clear()
+
+
+MIDDLEWARE.add(_record_latency)
+hooks.on_child_exit(_flush_latencies)
+
+
+def run(*, jobs: int, concurrency: int, latency_samples: int, redis_url: str | None) -> int:
+    """Run the benchmark and print its figures; the exit status."""
+    with tempfile.TemporaryDirectory(prefix="forkq-bench-") as tmp:
+        server = None
+        if redis_url is None:
+            server = EmbeddedServer(os.path.join(tmp, "srv"), persistent=False)
+            server.start()
+            redis_url = server.url
+        try:
+            return _measure(tmp, redis_url, jobs, concurrency, latency_samples,
+                            embedded=server is not None)
+        finally:
+            if server is not None:
+                server.stop()
+
+
+def _measure(tmp: str, url: str, jobs: int, concurrency: int, samples: int,
+             *, embedded: bool) -> int:
+    r: redis.Redis[bytes] = redis.Redis.from_url(url, protocol=2)
+    r.delete(LATENCY_KEY, keys.queue(QUEUE))
+    client = clients.Client(r)
+    daemon = DaemonProcess(_write_config(tmp, url, concurrency),
+                           stderr=open(os.path.join(tmp, "daemon.log"), "wb"))
+    version = r.info("server").get("valkey_version") or r.info("server")["redis_version"]
+    print(f"forkq bench: {jobs} no-op jobs, concurrency {concurrency}, "
+          f"server {version}{' (private)' if embedded else ''}")
+    daemon.start()
+    try:
+        _push(client, "warmup", concurrency)
+        if not wait_for(lambda: _processed(r) >= concurrency, 30):
+            print("bench: the daemon did not start; see its log", file=sys.stderr)
+            return 1
+        _throughput(r, client, jobs)
+        _latency_phase(r, client, samples)
+        _idle_cost(r, concurrency)
+    finally:
+        daemon.stop()
+    _report_latency(r, samples)
+    return 0
+
+
+def _write_config(tmp: str, url: str, concurrency: int) -> str:
+    path = os.path.join(tmp, "bench.yml")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"concurrency: {concurrency}\nqueues: [{QUEUE}]\nrequire: forkq.bench\n"
+                f"redis_url: {url}\nlog_level: warning\n")
+    return path
+
+
+def _push(client: clients.Client, phase: str, count: int) -> int:
+    pushed = 0
+    while pushed < count:
+        size = min(CHUNK, count - pushed)
+        client.push_bulk({"class": "forkq.bench.noop", "args": [[phase]] * size, "queue": QUEUE})
+        pushed += size
+    return (count + CHUNK - 1) // CHUNK * 2  # commands sent: SADD + LPUSH per chunk
+
+
+def _throughput(r: redis.Redis[bytes], client: clients.Client, jobs: int) -> None:
+    base = _processed(r)
+    calls_before = _total_calls(r)
+    started = time.perf_counter()
+    own = _push(client, "throughput", jobs) + 2
+    own += _progress(r, base, jobs, started)
+    elapsed = time.perf_counter() - started
+    per_job = (_total_calls(r) - calls_before - own) / jobs
+    print(f"throughput: {jobs} jobs in {elapsed:.2f} s = {jobs / elapsed:,.0f} jobs/s")
+    print(f"redis commands per job while busy: {per_job:.2f}")
+
+
+def _progress(r: redis.Redis[bytes], base: int, jobs: int, started: float) -> int:
+    """Show progress until ``jobs`` more are processed; the number of polls made."""
+    polls, tty = 0, sys.stderr.isatty()
+    last_line = 0.0
+    while True:
+        done = _processed(r) - base
+        polls += 1
+        now = time.perf_counter()
+        if tty or now - last_line >= 1.0 or done >= jobs:
+            bar = "#" * int(30 * done / jobs)
+            rate = done / max(now - started, 1e-9)
+            end = "\r" if tty and done < jobs else "\n"
+            print(f"  [{bar:<30}] {done}/{jobs} {rate:,.0f} jobs/s", end=end, file=sys.stderr,
+                  flush=True)
+            last_line = now
+        if done >= jobs:
+            return polls
+        time.sleep(0.05)
+
+
+def _latency_phase(r: redis.Redis[bytes], client: clients.Client, samples: int) -> None:
+    base = _processed(r)
+    for n in range(samples):
+        client.push({"class": "forkq.bench.noop", "args": ["latency"], "queue": QUEUE})
+        wait_for(lambda n=n: _processed(r) - base > n, 5, interval=0.001)  # type: ignore[misc]
+        time.sleep(0.005)
+
+
+def _idle_cost(r: redis.Redis[bytes], concurrency: int, seconds: float = 4.0) -> None:
+    before = _total_calls(r)
+    time.sleep(seconds)
+    per_child = (_total_calls(r) - before - 1) / seconds / concurrency
+    print(f"redis commands per idle processor per second: {per_child:.2f}")
+
+
+def _report_latency(r: redis.Redis[bytes], samples: int) -> None:
+    values = sorted(float(v) * 1000 for v in r.lrange(LATENCY_KEY, 0, -1))
+    if not values:
+        print("latency: no samples recorded")
+        return
+    p50 = statistics.median(values)
+    p99 = values[min(len(values) - 1, int(len(values) * 0.99))]
+    print(f"latency, enqueue to start, idle daemon ({len(values)} of {samples} single pushes): "
+          f"p50 {p50:.2f} ms  p99 {p99:.2f} ms  max {values[-1]:.2f} ms")
+
+
+def _processed(r: redis.Redis[bytes]) -> int:
+    return int(r.get(keys.STAT_PROCESSED) or 0)
+
+
+def _total_calls(r: redis.Redis[bytes]) -> int:
+    stats = r.info("commandstats")
+    return sum(int(v["calls"]) for v in stats.values() if isinstance(v, dict))

@@ -1,0 +1,572 @@
+"""Settings: declared once in :data:`SETTINGS`, read from flags, environment and YAML into a Config.
+
+Precedence, highest first. A setting is taken whole from the first source that gives it: ``-q``
+flags replace the file's queue list rather than merge into it.
+
+1. command-line flag (``-c 10``; see :func:`add_flags`)
+2. ``FORKQ_*`` environment variable (``FORKQ_CONCURRENCY=10``); an empty variable counts as unset
+3. the YAML file (``-C``, else ``FORKQ_CONFIG``; none if neither), whose environment section
+   (``-e`` / ``FORKQ_ENV``) overrides its top level
+4. ``REDIS_URL`` environment variable, for ``redis_url`` only
+5. built-in default (the field defaults of :class:`Config`); ``strict`` defaults to true exactly
+   when every queue weight is 1
+
+YAML keys may be spelled ``concurrency:`` or Sidekiq's ``:concurrency:``. String scalars may hold
+``${VAR}`` or ``${VAR:-default}`` (the default is used when VAR is unset or empty). Text from
+outside YAML (a flag, an environment variable, an interpolated scalar) is read as a plain YAML
+scalar by a setting that wants a number or bool, so ``concurrency: ${N}`` with N=8 gives 8.
+
+Invariants: a Config from :func:`load` or :func:`load_file` has passed every check in SETTINGS, and
+its ``origins`` say where each non-default value came from. Every failure is a :class:`ConfigError`
+whose one-line message is ``<where>: <setting>: <problem>``, ``<where>`` being ``file:line:col``
+(1-based), ``flag -c`` or ``env FORKQ_CONCURRENCY``. No Redis keys are touched here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib
+import importlib.util
+import math
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+from yaml.constructor import SafeConstructor
+from yaml.resolver import Resolver
+
+from forkq.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Config:
+    """A validated, immutable configuration, built by :func:`load`. Equality ignores origins."""
+
+    concurrency: int = 5
+    timeout: float = 25.0
+    queues: tuple[tuple[str, int], ...] = (("default", 1),)
+    strict: bool = True
+    require: tuple[str, ...] = ()
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    tag: str = ""
+    labels: tuple[str, ...] = ()
+    max_retries: int = 25
+    embedded_dir: str = ".forkq"
+    log_level: str = "info"
+    environment: str = ""
+    config_file: str | None = None
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def origin(self, name: str) -> str:
+        """Where ``name`` came from: ``"etc/forkq.yml:3:14"``, ``"flag -c"``, ``"default"``..."""
+        return self.origins.get(name, "default")
+
+
+class _InvalidError(Exception):
+    """A value is wrong. ``path`` indexes nested YAML sequences down to the offending item."""
+
+    def __init__(self, problem: str, path: tuple[int, ...] = ()) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.path = path
+
+
+class _Text(str):
+    """Text from a flag, an environment variable or ``${VAR}``, not yet typed by YAML."""
+
+
+# The stubs leave Resolver.resolve untyped; binding it here keeps the calls below type-checked.
+_resolve: Callable[..., str] = Resolver().resolve
+
+
+def _scalar(value: object) -> object:
+    """Type :class:`_Text` as a plain YAML scalar would be typed; other values pass through."""
+    if not isinstance(value, _Text):
+        return value
+    text = value.strip()
+    node = yaml.ScalarNode(_resolve(yaml.ScalarNode, text, (True, False)), text)
+    return SafeConstructor().construct_object(node)
+
+
+def _show(value: object) -> str:
+    """A bad value as a message shows it, in YAML's words."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, list | dict):
+        return "a list" if isinstance(value, list) else "a mapping"
+    return repr(str(value)) if isinstance(value, str) else repr(value)
+
+
+def _yaml_int(value: object) -> int:
+    value = _scalar(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _InvalidError(f"expected an integer, got {_show(value)}")
+    return value
+
+
+def _yaml_float(value: object) -> float:
+    number = _scalar(value)
+    if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number):
+        raise _InvalidError(f"expected a finite number, got {_show(number)}")
+    return float(number)
+
+
+def _yaml_bool(value: object) -> bool:
+    if isinstance(value, _Text) and value.strip() in ("1", "0"):  # 1/0: ints to YAML, bools in env
+        return value.strip() == "1"
+    value = _scalar(value)
+    if not isinstance(value, bool):
+        raise _InvalidError(f"expected true or false, got {_show(value)}")
+    return value
+
+
+def _yaml_str(value: object) -> str:
+    if not isinstance(value, str):
+        raise _InvalidError(f"expected a string, got {_show(value)}")
+    return str(value)
+
+
+def _yaml_strings(value: object, *, single: bool) -> tuple[str, ...]:
+    """A list of non-empty strings; a lone string too when ``single``."""
+    if single and isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        wanted = "a string or a list of strings" if single else "a list of strings"
+        raise _InvalidError(f"expected {wanted}, got {_show(value)}")
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or not item:
+            raise _InvalidError(f"expected a non-empty string, got {_show(item)}", (index,))
+    return tuple(str(item) for item in value)
+
+
+def _queue(name: object, weight: object, index: int) -> tuple[str, int]:
+    """One queue: a name without spaces or commas, and a weight of at least 1."""
+    if not isinstance(name, str) or not name or re.search(r"[\s,]", name):
+        raise _InvalidError(f"expected a queue name without spaces or commas, got {_show(name)}",
+                            (index,))
+    try:
+        number = _yaml_int(weight)
+    except _InvalidError:
+        raise _InvalidError(f"queue {name!r}: weight must be an integer, got {_show(weight)}",
+                            (index, 1)) from None
+    if number < 1:
+        raise _InvalidError(f"queue {name!r}: weight must be at least 1, got {number}", (index, 1))
+    return str(name), number
+
+
+def _yaml_queues(value: object) -> tuple[tuple[str, int], ...]:
+    """Items ``name``, ``"name,weight"``, ``[name]`` or ``[name, weight]``; weight defaults to 1."""
+    if not isinstance(value, list):
+        raise _InvalidError(f"expected a list of queues, got {_show(value)}")
+    queues = []
+    for index, given in enumerate(value):
+        item = given
+        if isinstance(given, str):
+            name, comma, weight = given.partition(",")
+            item = [name.strip(), _Text(weight)] if comma else [given.strip()]
+        if not isinstance(item, list) or len(item) not in (1, 2):
+            wanted = "name, [name, weight] or 'name,weight'"
+            raise _InvalidError(f"expected {wanted}; got {_show(item)}", (index,))
+        queues.append(_queue(item[0], item[-1] if item[1:] else 1, index))
+    return tuple(queues)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How one type of value is read. ``read`` takes the parsed YAML value (flag and environment
+    text arrive as :class:`_Text`, lists split by ``split``) and returns the typed value."""
+
+    doc: str
+    read: Callable[[object], object]
+    split: Callable[[str], list[str]] | None = None
+
+
+def _commas(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+INT = Kind("integer", _yaml_int)
+FLOAT = Kind("number", _yaml_float)
+BOOL = Kind("true/false", _yaml_bool)
+STR = Kind("string", _yaml_str)
+LOWER = Kind("string", lambda value: _yaml_str(value).strip().lower())
+STRINGS = Kind("list of strings", lambda value: _yaml_strings(value, single=False), _commas)
+STRING_OR_LIST = Kind("string or list", lambda value: _yaml_strings(value, single=True), _commas)
+QUEUES = Kind("list of name or [name, weight]", _yaml_queues,
+              lambda text: [item for item in re.split(r"[\s;]+", text) if item])
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _accept(value: Any) -> None:
+    """The check of a setting whose kind already says everything."""
+
+
+def _at_least(low: int) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if value < low:
+            raise _InvalidError(f"must be at least {low}, got {value}")
+
+    return check
+
+
+def _one_of(choices: Sequence[str]) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if value not in choices:
+            raise _InvalidError(f"expected one of {', '.join(choices)}; got {value!r}")
+
+    return check
+
+
+def _not_empty(value: Any) -> None:
+    if not value:
+        raise _InvalidError("must not be empty")
+
+
+def _check_queues(queues: Any) -> None:
+    _not_empty(queues)
+    names = [name for name, _ in queues]
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            raise _InvalidError(f"duplicate queue {name!r}", (index,))
+
+
+def _check_redis_url(url: Any) -> None:
+    if url != "embedded" and urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        wanted = "'embedded' or a redis://, rediss:// or unix:// URL"
+        raise _InvalidError(f"expected {wanted}; got {url!r}")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its type, check, documentation, flag and environment variable.
+
+    ``repeat`` flags may be given several times; their items accumulate. ``in_file`` is false for
+    the two settings that choose the file and its section. The argparse attribute is argparse's
+    default ``dest`` for the long flag (``--log-level`` -> ``log_level``).
+    """
+
+    name: str
+    kind: Kind
+    doc: str
+    env: str | None = None
+    flags: tuple[str, ...] = ()
+    check: Callable[[Any], None] = _accept
+    metavar: str | None = None
+    repeat: bool = False
+    in_file: bool = True
+
+    @property
+    def default(self) -> object:
+        """The built-in default: the field default of :class:`Config`."""
+        return _DEFAULTS[self.name]
+
+    @property
+    def dest(self) -> str:
+        return self.flags[-1].lstrip("-").replace("-", "_")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("concurrency", INT, "processor children", "FORKQ_CONCURRENCY", ("-c", "--concurrency"),
+            _at_least(1), "N"),
+    Setting("timeout", FLOAT, "graceful-stop deadline, seconds", "FORKQ_TIMEOUT",
+            ("-t", "--timeout"), _at_least(0), "SECONDS"),
+    Setting("queues", QUEUES, "queues and weights; weight 3 is tried 3 times as often as weight 1",
+            "FORKQ_QUEUES", ("-q", "--queue"), _check_queues, "NAME[,WEIGHT]", repeat=True),
+    Setting("strict", BOOL, "strict priority order, never weights (default: if all weights are 1)",
+            "FORKQ_STRICT"),
+    Setting("require", STRING_OR_LIST, "modules or .py files the master imports before forking",
+            "FORKQ_REQUIRE", ("-r", "--require"), metavar="MODULE|FILE", repeat=True),
+    Setting("redis_url", STR, "redis://, rediss://, unix:// URL or 'embedded'; else REDIS_URL",
+            "FORKQ_REDIS_URL", ("--redis-url",), _check_redis_url, "URL"),
+    Setting("tag", STR, "tag shown in process titles", "FORKQ_TAG", ("-g", "--tag"), metavar="TAG"),
+    Setting("labels", STRINGS, "labels shown with the process", "FORKQ_LABELS"),
+    Setting("max_retries", INT, "attempts for jobs with retry: true", "FORKQ_MAX_RETRIES",
+            check=_at_least(0)),
+    Setting("embedded_dir", STR, "data directory of the embedded server (redis_url: embedded)",
+            "FORKQ_EMBEDDED_DIR", check=_not_empty),
+    Setting("log_level", LOWER, " | ".join(LOG_LEVELS), "FORKQ_LOG_LEVEL", ("-L", "--log-level"),
+            _one_of(LOG_LEVELS), "LEVEL"),
+    Setting("environment", STR, "environment section of the YAML to apply", "FORKQ_ENV",
+            ("-e", "--environment"), metavar="ENV", in_file=False),
+    Setting("config_file", STR, "YAML config file", "FORKQ_CONFIG", ("-C", "--config"),
+            metavar="PATH", in_file=False),
+)
+_BY_NAME = {setting.name: setting for setting in SETTINGS}
+_DEFAULTS = {f.name: f.default for f in fields(Config)}
+# Top-level YAML keys whose mapping value is an environment section rather than a setting.
+ENVIRONMENT_SECTIONS = frozenset({"development", "test", "staging", "production"})
+REDIS_URL_FALLBACK = "REDIS_URL"
+
+_Layer = dict[str, tuple[object, str]]  # setting name -> (value, where it came from)
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Add a flag for each setting that has one; all default to None, meaning 'not given'."""
+    for setting in SETTINGS:
+        if setting.flags:
+            env = f" (env {setting.env})" if setting.env else ""
+            parser.add_argument(*setting.flags, default=None, metavar=setting.metavar,
+                                action="append" if setting.repeat else "store",
+                                help=f"{setting.doc}{env}")
+
+
+def load(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
+    """Build a Config from flags, ``FORKQ_*`` variables, the YAML file and defaults (module doc)."""
+    flags, env = _flag_layer(args), _env_layer(environ)
+    path = _first("config_file", flags, env)
+    environment = _first("environment", flags, env)
+    file = _file_layer(str(path), environ, str(environment or "")) if path else {}
+    return _build([flags, env, file, _fallback_layer(environ)])
+
+
+def load_file(path: str, environ: Mapping[str, str], *, environment: str = "") -> Config:
+    """Build a Config from one YAML file, ``REDIS_URL`` and defaults; ``FORKQ_*`` are not read."""
+    given: _Layer = {"config_file": (path, "caller")}
+    if environment:
+        given["environment"] = (environment, "caller")
+    return _build([given, _file_layer(path, environ, environment), _fallback_layer(environ)])
+
+
+def _first(name: str, *layers: _Layer) -> object:
+    return next((layer[name][0] for layer in layers if name in layer), None)
+
+
+def _build(layers: Sequence[_Layer]) -> Config:
+    """Take each setting from the first layer having it; derive ``strict``; absolutize the path."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for setting in SETTINGS:
+        found = next((layer[setting.name] for layer in layers if setting.name in layer), None)
+        if found is not None:
+            values[setting.name], origins[setting.name] = found
+    if "strict" not in values:
+        values["strict"] = all(weight == 1 for _, weight in values.get("queues", Config.queues))
+    if values.get("config_file"):
+        values["config_file"] = os.path.abspath(values["config_file"])
+    return Config(**values, origins=MappingProxyType(origins))
+
+
+def _from_texts(setting: Setting, texts: list[str], where: str) -> object:
+    split = setting.kind.split
+    raw = [_Text(item) for text in texts for item in split(text)] if split else _Text(texts[0])
+    try:
+        value = setting.kind.read(raw)
+        setting.check(value)
+    except _InvalidError as exc:
+        raise ConfigError(f"{where}: {setting.name}: {exc.problem}") from None
+    return value
+
+
+def _flag_layer(args: argparse.Namespace) -> _Layer:
+    layer: _Layer = {}
+    for setting in SETTINGS:
+        raw = getattr(args, setting.dest, None) if setting.flags else None
+        if raw is not None:
+            where = f"flag {setting.flags[0]}"
+            texts = list(raw) if setting.repeat else [raw]
+            layer[setting.name] = (_from_texts(setting, texts, where), where)
+    return layer
+
+
+def _env_layer(environ: Mapping[str, str], variables: Mapping[str, str | None] | None = None,
+               ) -> _Layer:
+    """Settings from ``variables`` (setting -> variable; by default each setting's ``env``)."""
+    layer: _Layer = {}
+    for name, var in (variables or {s.name: s.env for s in SETTINGS}).items():
+        text = environ.get(var) if var else None
+        if text:
+            where = f"env {var}"
+            layer[name] = (_from_texts(_BY_NAME[name], [text], where), where)
+    return layer
+
+
+def _fallback_layer(environ: Mapping[str, str]) -> _Layer:
+    return _env_layer(environ, {"redis_url": REDIS_URL_FALLBACK})
+
+
+@dataclass(frozen=True)
+class _File:
+    """A YAML file being read: its path as the user gave it, and the environment to interpolate."""
+
+    path: str
+    environ: Mapping[str, str]
+    constructor: SafeConstructor = field(default_factory=SafeConstructor)
+
+    def where(self, node: yaml.Node) -> str:
+        return f"{self.path}:{node.start_mark.line + 1}:{node.start_mark.column + 1}"
+
+    def error(self, node: yaml.Node, setting: str, problem: str) -> ConfigError:
+        return ConfigError(f"{self.where(node)}: {setting}: {problem}")
+
+
+def _file_layer(path: str, environ: Mapping[str, str], environment: str) -> _Layer:
+    """The settings a YAML file gives, its ``environment`` section applied over its top level."""
+    file = _File(path, environ)
+    root = _compose(path)
+    if root is None or root.tag == "tag:yaml.org,2002:null":
+        return {}
+    if not isinstance(root, yaml.MappingNode):
+        kind = "a list" if isinstance(root, yaml.SequenceNode) else "a scalar"
+        raise file.error(root, "(top level)", f"expected a mapping of settings, got {kind}")
+    entries, sections = _entries(file, root, environment)
+    for name, section in sections.items():
+        nested, _ = _entries(file, section, None)  # every section's keys are checked, one applied
+        if name == environment:
+            entries.update(nested)
+    return {name: (_file_value(file, name, nod), file.where(nod)) for name, nod in entries.items()}
+
+
+def _compose(path: str) -> yaml.Node | None:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: config_file: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: config_file: cannot read: not UTF-8 ({exc.reason})") from None
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+        raise ConfigError(f"{where}: (syntax): {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: (syntax): {' '.join(str(exc).split())}") from None
+
+
+def _entries(
+    file: _File, mapping: yaml.MappingNode, environment: str | None
+) -> tuple[dict[str, yaml.Node], dict[str, yaml.MappingNode]]:
+    """Split a mapping into setting -> value node and, at top level, section name -> mapping.
+
+    ``environment`` is None inside a section: sections do not nest. Raises on unknown or repeated
+    keys.
+    """
+    entries: dict[str, yaml.Node] = {}
+    sections: dict[str, yaml.MappingNode] = {}
+    for key_node, value in mapping.value:
+        scalar = isinstance(key_node, yaml.ScalarNode)
+        key = str(key_node.value).removeprefix(":") if scalar else "?"
+        if key in entries or key in sections:
+            raise file.error(key_node, key, "given twice in the same mapping")
+        if environment is not None and isinstance(value, yaml.MappingNode) and (
+                key in ENVIRONMENT_SECTIONS or key == environment):
+            sections[key] = value
+        else:
+            _check_key(file, key_node, key)
+            entries[key] = value
+    return entries, sections
+
+
+def _check_key(file: _File, key_node: yaml.Node, key: str) -> None:
+    setting = _BY_NAME.get(key)
+    if setting is not None and not setting.in_file:
+        raise file.error(key_node, key, f"not read from the file; use {setting.flags[0]} or "
+                         f"{setting.env}")
+    if setting is None:
+        known = [s.name for s in SETTINGS if s.in_file]
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
+        raise file.error(key_node, key, f"unknown setting; {hint}")
+
+
+def _file_value(file: _File, name: str, node: yaml.Node) -> object:
+    setting = _BY_NAME[name]
+    try:
+        value = setting.kind.read(_construct(file, name, node))
+        setting.check(value)
+    except _InvalidError as exc:
+        raise file.error(_locate(node, exc.path), name, exc.problem) from None
+    return value
+
+
+def _construct(file: _File, name: str, node: yaml.Node) -> object:
+    """The Python value of ``node``, with ``${VAR}`` interpolated in string scalars."""
+    if isinstance(node, yaml.SequenceNode):
+        return [_construct(file, name, item) for item in node.value]
+    if isinstance(node, yaml.MappingNode):
+        return {str(key.value): _construct(file, name, value) for key, value in node.value}
+    try:
+        value = file.constructor.construct_object(node)
+        if isinstance(value, str) and "${" in value:
+            return _Text(_interpolate(value, file.environ))
+    except yaml.YAMLError as exc:
+        raise file.error(node, name, " ".join(str(exc).split())) from None
+    except _InvalidError as exc:
+        raise file.error(node, name, exc.problem) from None
+    return value
+
+
+_REFERENCE = re.compile(r"\$\{(?:([A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\})?")
+
+
+def _interpolate(text: str, environ: Mapping[str, str]) -> str:
+    """Replace ``${VAR}`` and ``${VAR:-default}`` (the default when VAR is unset or empty)."""
+
+    def replace(match: re.Match[str]) -> str:
+        var, default = match.group(1), match.group(2)
+        if var is None:
+            raise _InvalidError(f"bad reference in {text!r}; write ${{VAR}} or ${{VAR:-default}}")
+        if environ.get(var) or (var in environ and default is None):
+            return environ[var]
+        if default is None:
+            raise _InvalidError(f"environment variable {var} is not set")
+        return default[2:]
+
+    return _REFERENCE.sub(replace, text)
+
+
+def _locate(node: yaml.Node, path: tuple[int, ...]) -> yaml.Node:
+    """The node ``path`` indexes into through nested sequences, as far as it goes."""
+    for index in path:
+        if not isinstance(node, yaml.SequenceNode) or index >= len(node.value):
+            break
+        node = node.value[index]
+    return node
+
+
+def import_required(config: Config) -> None:
+    """Import every ``require`` entry, in order, into this process.
+
+    A path (ending in ``.py`` or containing ``/``) is loaded as a module named after its file stem,
+    relative to the config file's directory, else the current one. Anything else is a module name,
+    imported with the current directory on ``sys.path`` (as under ``python -m``). Raises ConfigError
+    naming the entry and where ``require`` was set.
+    """
+    base = os.path.dirname(config.config_file) if config.config_file else os.getcwd()
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for entry in config.require:
+        try:
+            if entry.endswith(".py") or "/" in entry:
+                _import_file(os.path.join(base, entry))
+            else:
+                importlib.import_module(entry)
+        # The boundary with user code: whatever its import raises is a configuration failure.
+        except (Exception, SystemExit) as exc:
+            why = str(exc) if isinstance(exc, ImportError) else f"{type(exc).__name__}: {exc}"
+            raise ConfigError(f"{config.origin('require')}: require: cannot import {entry!r}: "
+                              f"{' '.join(why.split())}") from exc
+
+
+def _import_file(path: str) -> None:
+    if not path.endswith(".py") or not os.path.isfile(path):
+        raise ImportError(f"no such file {path}" if path.endswith(".py") else "not a .py file")
+    name = Path(path).stem
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before running it, as import does, so it can import itself
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise

@@ -1,0 +1,41 @@
+"""Redis connection factory.
+
+URLs: ``redis://``, ``rediss://`` (TLS), ``unix://`` and the word ``embedded``,
+which means the unix socket of the private server that the master starts in
+``embedded_dir`` (see :mod:`forkq.embedded`). AUTH/ACL users go in the URL
+(``redis://user:secret@host:6379/0``).
+
+Fork safety: a client built in the master must not be used in a child. Children
+call :func:`connect` themselves after the fork; redis-py's pools also refuse to
+reuse a connection across a pid change.
+"""
+
+from __future__ import annotations
+
+import os
+
+import redis
+
+EMBEDDED = "embedded"
+SOCKET_NAME = "redis.sock"
+
+
+def embedded_socket(embedded_dir: str) -> str:
+    """Absolute path of the embedded server's unix socket."""
+    return os.path.join(os.path.abspath(embedded_dir), SOCKET_NAME)
+
+
+def resolve_url(url: str, *, embedded_dir: str = ".forkq") -> str:
+    """The URL to connect to: ``embedded`` becomes ``unix://<embedded_dir>/redis.sock``."""
+    if url == EMBEDDED:
+        return "unix://" + embedded_socket(embedded_dir)
+    return url
+
+
+def connect(url: str, *, embedded_dir: str = ".forkq") -> "redis.Redis[bytes]":
+    """A client for ``url`` speaking RESP2, answering bytes, with a 5 s connect timeout."""
+    resolved = resolve_url(url, embedded_dir=embedded_dir)
+    tcp = {} if resolved.startswith("unix:") else {"socket_keepalive": True}
+    return redis.Redis.from_url(
+        resolved, protocol=2, socket_connect_timeout=5, decode_responses=False, **tcp
+    )

@@ -1,0 +1,36 @@
+"""Exception hierarchy and process exit codes.
+
+Exit codes are how a forkq process tells its parent (the shell, systemd, or the
+master) what happened. 78 is EX_CONFIG from sysexits.h: systemd units list it in
+``RestartPreventExitStatus`` so a broken configuration does not restart-loop.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_CONFIG = 78  # EX_CONFIG: bad configuration; do not restart
+EXIT_CHILD_BOOT = 79  # a processor child could not set itself up after fork
+
+
+class ForkqError(Exception):
+    """Base class of every error forkq raises on purpose."""
+
+
+class ConfigError(ForkqError):
+    """Invalid configuration. The message names the setting and where it came from.
+
+    The CLI prints the message as one line and exits with :data:`EXIT_CONFIG`.
+    """
+
+
+class JobError(ForkqError):
+    """A payload that cannot be executed; it goes straight to the dead set."""
+
+
+class UnknownJobError(JobError):
+    """The payload's ``class`` is not a registered job. Nothing is imported or called."""
+
+
+class MalformedJobError(JobError):
+    """The payload is not a JSON object with a string ``class`` and a list ``args``."""

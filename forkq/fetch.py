@@ -1,0 +1,103 @@
+"""Reliable fetch: queue order per fetch, and the ack-and-fetch round trip.
+
+Order (Sidekiq's semantics): strict tries the queues as configured; weighted
+shuffles a list in which each queue appears ``weight`` times and keeps the
+first occurrence of each, so a queue of weight w is tried first w/sum(w) of the
+time. Both are pure functions of the queue list and a random source.
+
+Mechanism: :file:`scripts/fetch.lua` acknowledges the previous job and moves the
+next one, with its queue name, into the processor's in-flight list, atomically.
+A job is therefore always in a queue or in exactly one in-flight list until it
+is acknowledged, filed as a failure (:mod:`forkq.retry`) or requeued
+(:func:`requeue`). At steady state a processor needs one round trip per job.
+
+Keys: ``queue:<name>``, ``forkq:inflight:<identity>:<pid>``, ``forkq:inflight``,
+``stat:processed`` and its daily key.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from forkq import keys
+from forkq.scripts import source
+
+Queues = Sequence[tuple[str, int]]
+
+
+def strict_order(queues: Queues) -> list[str]:
+    """Queue names in configured order."""
+    return [name for name, _ in queues]
+
+
+def weighted_order(queues: Queues, rng: random.Random) -> list[str]:
+    """A shuffle of the queues where each comes first with probability weight / sum(weights)."""
+    expanded = [name for name, weight in queues for _ in range(weight)]
+    rng.shuffle(expanded)
+    return list(dict.fromkeys(expanded))
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A job now held in the processor's in-flight list."""
+
+    queue: str
+    raw: bytes
+
+
+class Fetcher:
+    """One processor's view of the queues: fetch, acknowledge. Built after the fork."""
+
+    def __init__(
+        self,
+        redis_client: Any,
+        inflight_key: str,
+        *,
+        queues: Queues,
+        strict: bool,
+        rng: random.Random,
+    ) -> None:
+        self._script = redis_client.register_script(source("fetch"))
+        self._inflight = inflight_key
+        self._queues = list(queues)
+        self._strict = strict
+        self._rng = rng
+
+    def order(self) -> list[str]:
+        """The queue keys to try on this fetch."""
+        names = strict_order(self._queues) if self._strict else weighted_order(
+            self._queues, self._rng
+        )
+        return [keys.queue(name) for name in names]
+
+    def ack_and_fetch(self, *, ack: bool, fetch: bool = True) -> Fetched | None:
+        """Acknowledge the job held (when ``ack``), then fetch the next one (when ``fetch``)."""
+        date = keys.utc_date(time.time())
+        result = self._script(
+            keys=[
+                self._inflight,
+                keys.STAT_PROCESSED,
+                keys.daily(keys.STAT_PROCESSED, date),
+                *self.order(),
+            ],
+            args=["1" if ack else "0", "1" if fetch else "0", keys.DAILY_STAT_TTL],
+        )
+        if not result:
+            return None
+        queue_key, raw = result
+        return Fetched(keys.queue_name(queue_key.decode()), raw)
+
+
+def requeue(redis_client: Any, inflight_key: str, *, unregister: bool) -> bytes | None:
+    """Put the job of a processor that is gone back at the front of its queue.
+
+    Call only when the owner can no longer touch its in-flight list (reaped, or
+    its heartbeat expired). Returns the job's bytes, or None if nothing was held.
+    """
+    script = redis_client.register_script(source("requeue"))
+    job = script(keys=[inflight_key, keys.INFLIGHT_REGISTRY], args=["1" if unregister else "0"])
+    return bytes(job) if job else None

@@ -1,0 +1,75 @@
+"""The whole Redis key layout, Sidekiq's and forkq's own, in one table.
+
+Sidekiq's keys (wire-compatible with Sidekiq 6.4-8.x; see sidekiq-wire.md):
+
+=================================  ======  ============  ============================================
+key                                type    TTL           owner and content
+=================================  ======  ============  ============================================
+``queues``                         set     none          clients ``SADD`` every queue they push to
+``queue:<name>``                   list    none          job JSON; clients LPUSH, processors take
+                                                         from the right (FIFO); requeue RPUSHes
+``schedule``                       zset    none          future jobs, score = run-at epoch seconds
+``retry``                          zset    none          failed jobs awaiting a retry, score = due
+``dead``                           zset    trimmed       exhausted jobs, score = death time;
+                                                         10,000 entries / 180 days
+``stat:processed``, ``stat:failed``  string  none          all-time counters (failures count as
+                                                         processed too)
+``stat:<x>:YYYY-MM-DD``            string  5 years       daily counters, UTC date
+=================================  ======  ============  ============================================
+
+forkq's own keys:
+
+=================================  ======  ============  ============================================
+key                                type    TTL           owner and content
+=================================  ======  ============  ============================================
+``forkq:inflight:<identity>:<pid>``  list  none          the job a processor child is running (at
+                                                         most one); filled atomically by the fetch,
+                                                         emptied by ack / failure filing / requeue
+``forkq:inflight``                 set     none          registry of every in-flight list, so the
+                                                         orphan sweep never SCANs the keyspace
+=================================  ======  ============  ============================================
+
+The identity is Sidekiq's ``<hostname>:<master pid>:<12 hex>``.
+"""
+
+from __future__ import annotations
+
+import time
+
+QUEUES = "queues"
+SCHEDULE = "schedule"
+RETRY = "retry"
+DEAD = "dead"
+STAT_PROCESSED = "stat:processed"
+STAT_FAILED = "stat:failed"
+INFLIGHT_REGISTRY = "forkq:inflight"
+
+QUEUE_PREFIX = "queue:"
+DAILY_STAT_TTL = 157_680_000  # 5 x 365 days, as Sidekiq
+DEAD_MAX_JOBS = 10_000
+DEAD_TIMEOUT = 180 * 24 * 3600
+
+
+def queue(name: str) -> str:
+    """The list holding the jobs of queue ``name``."""
+    return QUEUE_PREFIX + name
+
+
+def queue_name(key: str) -> str:
+    """Inverse of :func:`queue`."""
+    return key[len(QUEUE_PREFIX):] if key.startswith(QUEUE_PREFIX) else key
+
+
+def inflight(identity: str, pid: int) -> str:
+    """The in-flight list of one processor child."""
+    return f"forkq:inflight:{identity}:{pid}"
+
+
+def utc_date(now: float | None = None) -> str:
+    """The ``YYYY-MM-DD`` UTC date used in daily stat keys."""
+    return time.strftime("%Y-%m-%d", time.gmtime(time.time() if now is None else now))
+
+
+def daily(stat: str, date: str) -> str:
+    """``stat:processed:2026-11-21`` from ``stat:processed`` and a date."""
+    return f"{stat}:{date}"

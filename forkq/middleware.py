@@ -1,0 +1,50 @@
+"""A tiny around-chain, used for client middleware and server middleware.
+
+A middleware is a callable ``(context, call_next) -> result``. It may act
+before and after ``call_next()``, change the context, or not call
+``call_next`` at all, which stops the chain: the chain then returns ``None``
+(for the client this means "do not push", as a Sidekiq client middleware that
+does not ``yield``).
+
+Client middleware receives the payload dict about to be pushed (with its
+``queue``); server middleware receives a :class:`forkq.processor.JobContext`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Generic, TypeVar
+
+C = TypeVar("C")
+R = TypeVar("R")
+
+Middleware = Callable[[C, Callable[[], R | None]], R | None]
+
+
+class Chain(Generic[C, R]):
+    """An ordered list of middleware; the first added is the outermost."""
+
+    def __init__(self, entries: Iterable[Middleware[C, R]] = ()) -> None:
+        self._entries: list[Middleware[C, R]] = list(entries)
+
+    def add(self, middleware: Middleware[C, R]) -> None:
+        """Append ``middleware`` as the innermost entry."""
+        self._entries.append(middleware)
+
+    def remove(self, middleware: Middleware[C, R]) -> None:
+        """Remove ``middleware``; ValueError if it is not in the chain."""
+        self._entries.remove(middleware)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def run(self, context: C, final: Callable[[], R]) -> R | None:
+        """Run ``final`` wrapped by every middleware; None if one stopped the chain."""
+        if not self._entries:
+            return final()
+        return self._step(0, context, final)
+
+    def _step(self, index: int, context: C, final: Callable[[], R]) -> R | None:
+        if index == len(self._entries):
+            return final()
+        return self._entries[index](context, lambda: self._step(index + 1, context, final))

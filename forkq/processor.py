@@ -1,0 +1,207 @@
+"""The processor child: set up after fork, then fetch → server middleware → execute → ack.
+
+Owns one job at a time. The job sits in this child's in-flight list
+(``forkq:inflight:<identity>:<pid>``) from the moment it is fetched until it is
+acknowledged (folded into the next fetch, so steady state is one round trip per
+job), filed as a failure, or requeued by the master after this child is gone.
+
+Signals: the child ignores INT, TERM, TSTP and HUP (they reach it when sent to
+the whole process group: a terminal's Ctrl-C, systemd's control-group kill);
+only the master stops it, with USR1 = "finish the current job, then exit". A
+child whose master has died stops the same way. A Redis outage is logged once,
+waited out with backoff, and its recovery logged once; a finished job's
+acknowledgement is kept until it succeeds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from setproctitle import setproctitle
+
+from forkq import __version__, hooks, keys, logs, retry
+from forkq import client as clients
+from forkq import job as payloads
+from forkq.config import Config
+from forkq.connection import connect
+from forkq.errors import JobError
+from forkq.fetch import Fetched, Fetcher
+from forkq.middleware import Chain
+from forkq.queuewatch import QueueWatch
+from forkq.registry import Registry
+from forkq.signals import SelfPipe
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT = 2.0
+IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGHUP)
+STOP_SIGNAL = signal.SIGUSR1
+
+
+@dataclass
+class JobContext:
+    """What server middleware sees of the job being run."""
+
+    name: str
+    jid: str
+    queue: str
+    payload: payloads.Payload
+    args: list[Any]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+ServerChain = Chain[JobContext, Any]
+
+MIDDLEWARE: ServerChain = Chain()
+"""The server middleware chain the daemon runs every job through; add to it at import time."""
+
+
+class Processor:
+    """One processor child. The constructor only stores; :meth:`run` does the work after fork."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        identity: str,
+        slot: int,
+        registry: Registry,
+        middleware: ServerChain,
+    ) -> None:
+        self.config = config
+        self.identity = identity
+        self.slot = slot
+        self.registry = registry
+        self.middleware = middleware
+        self.stopping = False
+        self._ack_pending = False
+        self._failure: retry.Failure | None = None
+        self._outage_since: float | None = None
+
+    def run(self) -> int:
+        """Set up, loop until told to stop, settle the last job; the exit code."""
+        self._setup()
+        while not self.stopping:
+            self._guarded(self.loop_once)
+        while self._ack_pending or self._failure is not None:
+            self._guarded(lambda: self._settle(fetch=False))
+        hooks.run("child_exit")
+        self._watch.close()
+        return 0
+
+    def _setup(self) -> None:
+        self.master_pid = os.getppid()
+        logs.set_role(f"processor-{self.slot}")
+        for signum in IGNORED_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+        self._pipe = SelfPipe([STOP_SIGNAL])
+        random.seed()
+        self._rng = random.Random()
+        self.inflight_key = keys.inflight(self.identity, os.getpid())
+        self.redis = connect(self.config.redis_url, embedded_dir=self.config.embedded_dir)
+        clients.configure(clients.Client(self.redis))
+        self._fetcher = Fetcher(
+            self.redis,
+            self.inflight_key,
+            queues=self.config.queues,
+            strict=self.config.strict,
+            rng=self._rng,
+        )
+        self._watch = QueueWatch(self.redis)
+        self._title("idle")
+        self._guarded(self._register)
+        hooks.run("child_boot")
+
+    def _register(self) -> None:
+        self.redis.sadd(keys.INFLIGHT_REGISTRY, self.inflight_key)
+        self._watch.open()
+
+    def loop_once(self) -> None:
+        """One turn: settle the last job and fetch the next (one round trip), then run it or wait."""
+        self._check_signals()
+        if self.stopping:
+            return
+        fetched = self._settle(fetch=True)
+        if fetched is None:
+            if self._watch.wait(IDLE_WAIT, self._pipe.fd):
+                self._check_signals()
+            return
+        self._execute(fetched)
+
+    def _settle(self, *, fetch: bool) -> Fetched | None:
+        """File a pending failure, then acknowledge and/or fetch."""
+        if self._failure is not None:
+            retry.file(self.redis, self.inflight_key, self._failure)
+            self._failure = None
+        if not fetch and not self._ack_pending:
+            return None
+        fetched = self._fetcher.ack_and_fetch(ack=self._ack_pending, fetch=fetch)
+        self._ack_pending = False
+        return fetched
+
+    def _execute(self, fetched: Fetched) -> None:
+        now = time.time()
+        try:
+            payload = payloads.decode(fetched.raw)
+            spec = self.registry.lookup(payload["class"])
+        except JobError as exc:
+            self._bury(fetched, exc, now)
+            return
+        context = JobContext(payload["class"], str(payload.get("jid")), fetched.queue, payload,
+                             payload["args"])
+        self._title(f"busy {context.name} jid={context.jid}")
+        log.info("%s jid=%s start", context.name, context.jid)
+        started = time.monotonic()
+        try:
+            self.middleware.run(context, lambda: spec.call(payload))
+        except BaseException as exc:  # noqa: BLE001 - the one boundary where any job failure lands
+            self._failure = retry.plan(payload, exc, max_retries=self.config.max_retries,
+                                       rng=self._rng, now=time.time(),
+                                       retry_in=spec.options.retry_in)
+            log.warning("%s jid=%s fail: %.3f sec: %s: %s -> %s", context.name, context.jid,
+                        time.monotonic() - started, retry.error_class_name(exc), exc,
+                        self._failure.mode)
+        else:
+            self._ack_pending = True
+            log.info("%s jid=%s done: %.3f sec", context.name, context.jid,
+                     time.monotonic() - started)
+        self._title("idle")
+
+    def _bury(self, fetched: Fetched, exc: JobError, now: float) -> None:
+        payload = payloads.unrunnable(fetched.raw, fetched.queue, now)
+        retry.record_error(payload, f"forkq.{type(exc).__name__}", str(exc), now)
+        self._failure = retry.bury(payload, now)
+        log.error("queue %s: %s; moved to the dead set", fetched.queue, exc)
+
+    def _check_signals(self) -> None:
+        if STOP_SIGNAL in self._pipe.drain() or os.getppid() != self.master_pid:
+            self.stopping = True
+
+    def _guarded(self, step: Any) -> None:
+        """Run a step; on a Redis error, log the outage once and back off, interruptibly."""
+        try:
+            step()
+        except redis.RedisError as exc:
+            now = time.monotonic()
+            if self._outage_since is None:
+                self._outage_since = now
+                log.error("Redis unavailable: %s", exc)
+            backoff = min(0.1 * 2 ** min(int(now - self._outage_since), 5), 2.0)
+            received, _ = self._pipe.wait(backoff)
+            if STOP_SIGNAL in received or os.getppid() != self.master_pid:
+                self.stopping = True
+            return
+        if self._outage_since is not None:
+            log.warning("Redis is online, %.1f sec downtime", time.monotonic() - self._outage_since)
+            self._outage_since = None
+
+    def _title(self, state: str) -> None:
+        tag = f" {self.config.tag}" if self.config.tag else ""
+        setproctitle(f"forkq {__version__}{tag} processor-{self.slot} {state}")

@@ -1,0 +1,101 @@
+"""How an idle processor waits for work without polling.
+
+:class:`QueueWatch` keeps one extra connection that has asked the server for
+broadcast invalidations of every key under ``queue:`` (``CLIENT TRACKING ON
+REDIRECT <itself> BCAST PREFIX queue:``, Redis >= 6.0 / Valkey) and subscribes to
+``__redis__:invalidate``. Any push to any queue, by any client (Ruby's too),
+makes that connection readable within a millisecond, so an idle processor
+blocks in ``select`` and fetches again when woken. Messages only ever cause an
+extra fetch, never a missed one: the watch is armed before the processor's
+first fetch and stays armed.
+
+When the server refuses tracking (an ACL without ``client|tracking``, an old
+server), the watch falls back to polling every :data:`POLL_INTERVAL` seconds.
+A broken watch connection is reopened on the next wait. No keys are written.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+POLL_INTERVAL = 0.5
+CHANNEL = "__redis__:invalidate"
+
+
+class QueueWatch:
+    """Readable-when-a-queue-changes connection for one processor."""
+
+    def __init__(self, redis_client: Any, prefix: str = "queue:") -> None:
+        self._pool = redis_client.connection_pool
+        self._prefix = prefix
+        self._conn: Any = None
+        self._refused = False
+
+    def open(self) -> None:
+        """Arm the watch now (before the first fetch); failures fall back to polling."""
+        if self._conn is not None or self._refused:
+            return
+        conn = self._pool.make_connection()
+        try:
+            conn.connect()
+            conn.send_command("CLIENT", "ID")
+            client_id = conn.read_response()
+            conn.send_command(
+                "CLIENT", "TRACKING", "ON", "REDIRECT", client_id, "BCAST", "PREFIX", self._prefix
+            )
+            conn.read_response()
+            conn.send_command("SUBSCRIBE", CHANNEL)
+            conn.read_response()
+        except Exception as exc:  # noqa: BLE001 - any refusal means: poll instead
+            conn.disconnect()
+            if "ERR" in str(exc) or "NOPERM" in str(exc):
+                self._refused = True
+                log.warning("queue watch unavailable (%s); idle processors poll every %.1fs",
+                            exc, POLL_INTERVAL)
+            raise
+        self._conn = conn
+
+    def wait(self, timeout: float, wake_fd: int) -> bool:
+        """Block until a queue changed, ``wake_fd`` is readable, or ``timeout``.
+
+        Returns True when ``wake_fd`` became readable.
+        """
+        if self._conn is None and not self._refused:
+            try:
+                self.open()
+            except Exception:  # noqa: BLE001 - reported by the next fetch if Redis is down
+                return _wait_fd(wake_fd, min(timeout, POLL_INTERVAL))
+        if self._conn is None:
+            return _wait_fd(wake_fd, min(timeout, POLL_INTERVAL))
+        try:
+            if self._drain():
+                return False
+            readable, _, _ = select.select([self._conn._sock, wake_fd], [], [], timeout)
+            self._drain()
+        except Exception:  # noqa: BLE001 - drop the connection; reopened on next wait
+            self.close()
+            return False
+        return wake_fd in readable
+
+    def _drain(self) -> bool:
+        """Consume pending invalidations; True if there were any."""
+        seen = False
+        while self._conn.can_read(timeout=0):
+            self._conn.read_response()
+            seen = True
+        return seen
+
+    def close(self) -> None:
+        """Drop the watch connection."""
+        if self._conn is not None:
+            self._conn.disconnect()
+            self._conn = None
+
+
+def _wait_fd(fd: int, timeout: float) -> bool:
+    readable, _, _ = select.select([fd], [], [], timeout)
+    return bool(readable)

@@ -1,0 +1,243 @@
+"""Job definitions: wire name → callable, the ``@job`` decorator and the ``Job`` base class.
+
+Only registered jobs run. A processor looks a payload's ``class`` up in the
+registry and nowhere else: nothing is ever imported or called by a name taken
+from a payload. Registration happens when the application module is imported
+(in the master, before forking), so every child shares the same table.
+
+Wire names: a function's default name is ``module.qualname``; a ``Job``
+subclass's is ``module.ClassName``. Pass ``name="HardWorker"`` to run jobs that
+Ruby enqueues under a class name.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Generic, ParamSpec
+
+from forkq import client as _client
+from forkq.errors import UnknownJobError
+
+P = ParamSpec("P")
+
+RetryIn = Callable[[int, BaseException], float]
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Per-job options, Sidekiq's ``sidekiq_options``.
+
+    ``retry``: True = ``max_retries`` attempts (25), an int = that many, 0 = dead at
+    the first failure, False = drop. ``backtrace``: store True = all lines, N = the
+    first N. ``retry_in(count, exc)`` overrides the backoff's base delay. ``extra``
+    holds other payload keys (``tags``, ``retry_queue``, ``dead``...).
+    """
+
+    queue: str = "default"
+    retry: bool | int = True
+    backtrace: bool | int = False
+    retry_in: RetryIn | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def payload_options(self) -> dict[str, Any]:
+        """Options that travel in the payload, besides queue and retry."""
+        options = dict(self.extra)
+        if self.backtrace:
+            options["backtrace"] = self.backtrace
+        return options
+
+    def merged(self, **overrides: Any) -> JobOptions:
+        """A copy with ``overrides`` applied; unknown names go to ``extra``."""
+        known = {k: v for k, v in overrides.items() if k in {"queue", "retry", "backtrace"}}
+        extra = {k: v for k, v in overrides.items() if k not in known}
+        _check_options(known)
+        return replace(self, extra={**self.extra, **extra}, **known)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A registered job: its wire name, what to call with the payload's args, its options."""
+
+    name: str
+    perform: Callable[..., Any]
+    options: JobOptions
+    job_class: type[Job] | None = None
+
+    def call(self, payload: dict[str, Any]) -> Any:
+        """Run the job with the payload's ``args`` (a fresh instance for ``Job`` classes)."""
+        if self.job_class is None:
+            return self.perform(*payload["args"])
+        instance = self.job_class()
+        instance.jid = str(payload.get("jid", ""))
+        instance.payload = payload
+        return instance.perform(*payload["args"])
+
+
+class Registry:
+    """Wire name → :class:`JobSpec`. Registering a name twice is an error."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, JobSpec] = {}
+
+    def register(self, spec: JobSpec) -> None:
+        """Add ``spec``; ValueError if its name is taken by another callable."""
+        current = self._specs.get(spec.name)
+        if current is not None and current.perform is not spec.perform:
+            raise ValueError(f"job name {spec.name!r} is already registered")
+        self._specs[spec.name] = spec
+
+    def lookup(self, name: str) -> JobSpec:
+        """The spec for ``name``; :class:`UnknownJobError` if none is registered."""
+        try:
+            return self._specs[name]
+        except KeyError:
+            raise UnknownJobError(
+                f"unknown job {name!r}: no job is registered under that name"
+            ) from None
+
+    def names(self) -> Iterator[str]:
+        """Registered names, sorted."""
+        return iter(sorted(self._specs))
+
+
+REGISTRY = Registry()
+"""The default registry that ``@job`` and ``Job`` subclasses register into."""
+
+
+class Enqueue:
+    """``perform_async`` / ``perform_in`` / ``perform_at`` for one job and its options."""
+
+    def __init__(self, name: str, options: JobOptions) -> None:
+        self._name = name
+        self._options = options
+
+    def set(self, **overrides: Any) -> Enqueue:
+        """A copy with other options for the next pushes (``queue=``, ``retry=``...)."""
+        return Enqueue(self._name, self._options.merged(**overrides))
+
+    def perform_async(self, *args: Any) -> str | None:
+        """Push now; the jid, or None if a client middleware stopped the push."""
+        return _client.default().push(self._item(args))
+
+    def perform_in(self, interval: float | dt.timedelta, *args: Any) -> str | None:
+        """Push to run ``interval`` (seconds or timedelta) from now."""
+        seconds = interval.total_seconds() if isinstance(interval, dt.timedelta) else interval
+        return _client.default().push({**self._item(args), "at": _client.at_epoch(seconds)})
+
+    def perform_at(self, when: float | dt.datetime, *args: Any) -> str | None:
+        """Push to run at ``when`` (datetime; naive means local time; or epoch seconds)."""
+        at = when.timestamp() if isinstance(when, dt.datetime) else _client.at_epoch(when)
+        return _client.default().push({**self._item(args), "at": at})
+
+    def _item(self, args: tuple[Any, ...]) -> dict[str, Any]:
+        return {
+            **self._options.payload_options(),
+            "class": self._name,
+            "args": list(args),
+            "queue": self._options.queue,
+            "retry": self._options.retry,
+        }
+
+
+class JobFunction(Enqueue, Generic[P]):
+    """What ``@job`` returns: the function, callable as before, plus the enqueue methods."""
+
+    def __init__(self, func: Callable[P, Any], name: str, options: JobOptions) -> None:
+        super().__init__(name, options)
+        self.func = func
+        self.name = name
+        self.options = options
+        self.__doc__ = func.__doc__
+        self.__wrapped__ = func
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        return self.func(*args, **kwargs)
+
+
+def job(
+    func: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    retry: bool | int = True,
+    backtrace: bool | int = False,
+    retry_in: RetryIn | None = None,
+    registry: Registry = REGISTRY,
+    **extra: Any,
+) -> Any:
+    """Register a function as a job: ``@job`` or ``@job(queue="critical", retry=5)``."""
+
+    def register(target: Callable[..., Any]) -> JobFunction[Any]:
+        _check_options({"queue": queue, "retry": retry, "backtrace": backtrace})
+        options = JobOptions(queue, retry, backtrace, retry_in, dict(extra))
+        wire_name = name or f"{target.__module__}.{target.__qualname__}"
+        registry.register(JobSpec(wire_name, target, options))
+        return JobFunction(target, wire_name, options)
+
+    return register(func) if func is not None else register
+
+
+class Job:
+    """Base class for class-based jobs, Sidekiq style.
+
+    ``class HardWorker(Job, name="HardWorker", queue="critical"): def perform(self, name, count)``.
+    A fresh instance runs each job; ``self.jid`` and ``self.payload`` are set before ``perform``.
+    """
+
+    job_name: ClassVar[str]
+    job_options: ClassVar[JobOptions] = JobOptions()
+    jid: str = ""
+    payload: dict[str, Any]
+
+    def __init_subclass__(
+        cls,
+        *,
+        name: str | None = None,
+        abstract: bool = False,
+        registry: Registry = REGISTRY,
+        **options: Any,
+    ) -> None:
+        super().__init_subclass__()
+        cls.job_options = cls.job_options.merged(**options)
+        if abstract:
+            return
+        cls.job_name = name or f"{cls.__module__}.{cls.__qualname__}"
+        registry.register(JobSpec(cls.job_name, cls.perform, cls.job_options, cls))
+
+    def perform(self, *args: Any) -> Any:
+        """The job's work; override it."""
+        raise NotImplementedError(f"{type(self).__name__}.perform is not defined")
+
+    @classmethod
+    def set(cls, **overrides: Any) -> Enqueue:
+        """Enqueue with other options: ``HardWorker.set(queue="low").perform_async(...)``."""
+        return Enqueue(cls.job_name, cls.job_options).set(**overrides)
+
+    @classmethod
+    def perform_async(cls, *args: Any) -> str | None:
+        """Push now; the jid."""
+        return cls.set().perform_async(*args)
+
+    @classmethod
+    def perform_in(cls, interval: float | dt.timedelta, *args: Any) -> str | None:
+        """Push to run ``interval`` from now."""
+        return cls.set().perform_in(interval, *args)
+
+    @classmethod
+    def perform_at(cls, when: float | dt.datetime, *args: Any) -> str | None:
+        """Push to run at ``when``."""
+        return cls.set().perform_at(when, *args)
+
+
+def _check_options(options: dict[str, Any]) -> None:
+    queue = options.get("queue", "default")
+    if not isinstance(queue, str) or not queue:
+        raise ValueError(f"job option queue must be a non-empty string, got {queue!r}")
+    retry = options.get("retry", True)
+    if not isinstance(retry, (bool, int)) or (not isinstance(retry, bool) and retry < 0):
+        raise ValueError(f"job option retry must be true, false or an int >= 0, got {retry!r}")
+    backtrace = options.get("backtrace", False)
+    if not isinstance(backtrace, (bool, int)) or backtrace < 0:
+        raise ValueError(f"job option backtrace must be a bool or an int >= 0, got {backtrace!r}")

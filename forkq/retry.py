@@ -1,0 +1,143 @@
+"""Failures, Sidekiq's way: the pure retry policy and filing a failure into retry or dead.
+
+Policy (job_retry.rb): the first failure sets ``failed_at`` and ``retry_count: 0``;
+later ones set ``retried_at`` and add one to ``retry_count``. ``retry: true``
+allows ``max_retries`` (25) retries, an int N allows N, ``0`` sends the job to
+the dead set at once, ``false`` drops it (counted as failed, kept nowhere).
+``dead: false`` never buries. The delay is ``count**4 + 15 + rand(10)*(count+1)``
+seconds, where a job's ``retry_in(count, exc)`` may replace ``count**4``. The
+queue becomes ``retry_queue`` when the payload has one. ``error_backtrace`` is
+``base64(zlib(JSON(lines)))`` with Ruby's 60-column MIME lines.
+
+Keys: ``retry``, ``dead`` (trimmed to 10,000 entries / 180 days), ``stat:*``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import time
+import traceback
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from forkq import job as payloads
+from forkq import keys
+from forkq.scripts import source
+
+MESSAGE_LIMIT = 10_000
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Where a failed job goes: ``mode`` is "retry", "dead" or "drop"."""
+
+    mode: str
+    payload: str
+    score: float
+
+
+def backoff(count: int, rng: random.Random, base: float | None = None) -> float:
+    """Seconds until retry number ``count`` (0-based): ``base`` (default count**4) + jitter."""
+    return (count**4 if base is None else base) + 15 + rng.randrange(10) * (count + 1)
+
+
+def allowed_retries(retry: Any, max_retries: int) -> int | None:
+    """How many retries the ``retry`` option allows; None means drop on failure."""
+    if retry is False or retry is None:
+        return None
+    if retry is True:
+        return max_retries
+    if isinstance(retry, int):
+        return max(retry, 0)
+    return max_retries
+
+
+def error_class_name(exc: BaseException) -> str:
+    """``ValueError`` for builtins, ``module.Class`` otherwise."""
+    cls = type(exc)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def backtrace_lines(exc: BaseException) -> list[str]:
+    """Ruby-style lines (``file:line:in `func'``), innermost first."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return [f"{f.filename}:{f.lineno}:in `{f.name}'" for f in reversed(frames)]
+
+
+def compress_backtrace(lines: list[str]) -> str:
+    """Sidekiq's ``Base64.encode64(Zlib::Deflate.deflate(JSON.generate(lines)))``."""
+    data = base64.b64encode(zlib.compress(json.dumps(lines, separators=(",", ":")).encode()))
+    text = data.decode()
+    return "".join(text[i : i + 60] + "\n" for i in range(0, len(text), 60))
+
+
+def record_error(payload: payloads.Payload, error_class: str, message: str, now: float) -> int:
+    """Add Sidekiq's error fields to ``payload``; returns the new ``retry_count``."""
+    payload["queue"] = payload.get("retry_queue") or payload.get("queue") or "default"
+    payload["error_message"] = message[:MESSAGE_LIMIT]
+    payload["error_class"] = error_class
+    if isinstance(payload.get("retry_count"), int):
+        payload["retried_at"] = now
+        payload["retry_count"] += 1
+    else:
+        payload["failed_at"] = now
+        payload["retry_count"] = 0
+    return int(payload["retry_count"])
+
+
+def plan(
+    payload: payloads.Payload,
+    exc: BaseException,
+    *,
+    max_retries: int,
+    rng: random.Random,
+    now: float,
+    retry_in: Any = None,
+) -> Failure:
+    """Decide where a job that raised ``exc`` goes and rewrite its payload accordingly."""
+    allowed = allowed_retries(payload.get("retry", True), max_retries)
+    count = record_error(payload, error_class_name(exc), str(exc), now)
+    limit = payload.get("backtrace")
+    if limit:
+        lines = backtrace_lines(exc)
+        payload["error_backtrace"] = compress_backtrace(lines if limit is True else lines[:limit])
+    if allowed is None:
+        return Failure("drop", payloads.encode(payload), now)
+    if count < allowed:
+        base = retry_in(count, exc) if retry_in is not None else None
+        return Failure("retry", payloads.encode(payload), now + backoff(count, rng, base))
+    return bury(payload, now)
+
+
+def bury(payload: payloads.Payload, now: float) -> Failure:
+    """The dead set, unless the payload says ``dead: false``."""
+    mode = "drop" if payload.get("dead") is False else "dead"
+    return Failure(mode, payloads.encode(payload), now)
+
+
+def file(redis_client: Any, inflight_key: str, failure: Failure) -> None:
+    """Atomically release the in-flight job and file ``failure`` (fail.lua)."""
+    date = keys.utc_date(time.time())
+    script = redis_client.register_script(source("fail"))
+    target = keys.RETRY if failure.mode == "retry" else keys.DEAD
+    script(
+        keys=[
+            inflight_key,
+            target,
+            keys.STAT_PROCESSED,
+            keys.daily(keys.STAT_PROCESSED, date),
+            keys.STAT_FAILED,
+            keys.daily(keys.STAT_FAILED, date),
+        ],
+        args=[
+            failure.mode,
+            failure.payload,
+            repr(failure.score),
+            keys.DAILY_STAT_TTL,
+            repr(failure.score - keys.DEAD_TIMEOUT),
+            keys.DEAD_MAX_JOBS,
+        ],
+    )

@@ -1,0 +1,28 @@
+-- fail.lua: file a failed (or unrunnable) job and release it from the in-flight list.
+--
+-- KEYS[1]  this processor's in-flight list (emptied)
+-- KEYS[2]  the sorted set to file into: retry or dead (ignored when ARGV[1] is "drop")
+-- KEYS[3]  stat:processed   KEYS[4] stat:processed:<date>
+-- KEYS[5]  stat:failed      KEYS[6] stat:failed:<date>
+-- ARGV[1]  "retry" | "dead" | "drop"
+-- ARGV[2]  the job JSON with its error fields (Sidekiq's job_retry layout)
+-- ARGV[3]  score: when the retry is due, or the time of death
+-- ARGV[4]  TTL in seconds of the daily stat keys
+-- ARGV[5]  dead set: entries scored at or below this are trimmed (now - 180 days)
+-- ARGV[6]  dead set: entries kept at most (10000)
+--
+-- Returns the mode. Counts one processed and one failed execution, as Sidekiq.
+redis.call("DEL", KEYS[1])
+if ARGV[1] ~= "drop" then
+  redis.call("ZADD", KEYS[2], ARGV[3], ARGV[2])
+end
+if ARGV[1] == "dead" then
+  redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", ARGV[5])
+  redis.call("ZREMRANGEBYRANK", KEYS[2], 0, -(tonumber(ARGV[6]) + 1))
+end
+for i = 3, 6 do
+  redis.call("INCR", KEYS[i])
+end
+redis.call("EXPIRE", KEYS[4], ARGV[4])
+redis.call("EXPIRE", KEYS[6], ARGV[4])
+return ARGV[1]

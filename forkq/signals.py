@@ -1,0 +1,70 @@
+"""The self-pipe: signal handlers record, the loop acts.
+
+:class:`SelfPipe` installs a handler that does nothing for each signal it
+watches and points :func:`signal.set_wakeup_fd` at a non-blocking pipe, so the C
+level handler writes the signal number into the pipe. The owning loop calls
+:meth:`SelfPipe.wait` (select on the pipe, plus any other fds) and gets the
+signals received, in order. No logging, waiting or raising ever happens in a
+handler.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+from collections.abc import Iterable
+from types import FrameType
+
+
+def _record(signum: int, frame: FrameType | None) -> None:
+    """The handler: the wakeup fd has already recorded the signal."""
+
+
+class SelfPipe:
+    """A wakeup pipe for ``signals``; install in the process that will read it."""
+
+    def __init__(self, signals: Iterable[signal.Signals]) -> None:
+        self.signals = tuple(signals)
+        self._read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._previous_fd = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+        for signum in self.signals:
+            signal.signal(signum, _record)
+
+    @property
+    def fd(self) -> int:
+        """The read end, for callers that select on several fds."""
+        return self._read_fd
+
+    def wait(self, timeout: float, *, also: Iterable[int] = ()) -> tuple[list[signal.Signals], list[int]]:
+        """Block up to ``timeout`` seconds for a signal or one of the ``also`` fds.
+
+        Returns the signals received (oldest first) and the ``also`` fds that are readable.
+        """
+        fds = [self._read_fd, *also]
+        try:
+            readable, _, _ = select.select(fds, [], [], max(timeout, 0.0))
+        except InterruptedError:  # pragma: no cover - PEP 475 retries select
+            readable = []
+        ready = [fd for fd in readable if fd != self._read_fd]
+        return self.drain(), ready
+
+    def drain(self) -> list[signal.Signals]:
+        """The signals recorded so far, without blocking."""
+        received: list[signal.Signals] = []
+        while True:
+            try:
+                data = os.read(self._read_fd, 512)
+            except BlockingIOError:
+                return received
+            if not data:
+                return received
+            received.extend(signal.Signals(b) for b in data)
+
+    def close(self) -> None:
+        """Restore default handlers and the previous wakeup fd; close the pipe."""
+        for signum in self.signals:
+            signal.signal(signum, signal.SIG_DFL)
+        signal.set_wakeup_fd(self._previous_fd)
+        os.close(self._read_fd)
+        os.close(self._write_fd)
