@@ -118,14 +118,16 @@ def _push(client: clients.Client, phase: str, count: int) -> int:
 
 def _throughput(r: redis.Redis[bytes], client: clients.Client, jobs: int) -> None:
     base = _processed(r)
-    calls_before = _total_calls(r)
+    calls_before, scripts_before = _total_calls(r), _script_calls(r)
     started = time.perf_counter()
     own = _push(client, "throughput", jobs) + 2
     own += _progress(r, base, jobs, started)
     elapsed = time.perf_counter() - started
     per_job = (_total_calls(r) - calls_before - own) / jobs
+    trips = (_script_calls(r) - scripts_before) / jobs
     print(f"throughput: {jobs} jobs in {elapsed:.2f} s = {jobs / elapsed:,.0f} jobs/s")
-    print(f"redis commands per job while busy: {per_job:.2f}")
+    print(f"processor round trips per job while busy: {trips:.2f} "
+          f"({per_job:.2f} commands counting those inside the Lua script)")
 
 
 def _progress(r: redis.Redis[bytes], base: int, jobs: int, started: float) -> int:
@@ -157,10 +159,10 @@ def _latency_phase(r: redis.Redis[bytes], client: clients.Client, samples: int) 
 
 
 def _idle_cost(r: redis.Redis[bytes], concurrency: int, seconds: float = 4.0) -> None:
-    before = _total_calls(r)
+    before = _script_calls(r)
     time.sleep(seconds)
-    per_child = (_total_calls(r) - before - 1) / seconds / concurrency
-    print(f"redis commands per idle processor per second: {per_child:.2f}")
+    per_child = (_script_calls(r) - before) / seconds / concurrency
+    print(f"idle: {per_child:.2f} fetches per processor per second")
 
 
 def _report_latency(r: redis.Redis[bytes], samples: int) -> None:
@@ -176,6 +178,12 @@ def _report_latency(r: redis.Redis[bytes], samples: int) -> None:
 
 def _processed(r: redis.Redis[bytes]) -> int:
     return int(r.get(keys.STAT_PROCESSED) or 0)
+
+
+def _script_calls(r: redis.Redis[bytes]) -> int:
+    stats = r.info("commandstats")
+    return sum(int(stats.get(name, {}).get("calls", 0)) for name in
+               ("cmdstat_evalsha", "cmdstat_eval"))
 
 
 def _total_calls(r: redis.Redis[bytes]) -> int:

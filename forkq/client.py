@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 
-from forkq import job as payloads
+from forkq import payload as payloads
 from forkq import keys
 from forkq.connection import connect
 from forkq.middleware import Chain

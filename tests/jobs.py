@@ -1,0 +1,67 @@
+"""Jobs used by the process tests; the daemon imports this module with ``require: jobs``.
+
+Each records what happened in Redis lists under ``test:`` through the child's
+own client, so tests can count executions by jid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any
+
+from forkq import Job
+from forkq import client as clients
+
+
+def _note(key: str, **fields: Any) -> None:
+    clients.default().redis.rpush(key, json.dumps(fields))
+
+
+class Record(Job, name="Record"):
+    """Records its start (with the queues it could see) and its completion."""
+
+    def perform(self, *args: Any) -> None:
+        queue = self.payload["queue"]
+        _note("test:ran", jid=self.jid, queue=queue, args=list(args), pid=os.getpid())
+
+
+class StrictProbe(Job, name="StrictProbe"):
+    """Records how many jobs the higher-priority queues still held when it started."""
+
+    def perform(self, seq: int) -> None:
+        r = clients.default().redis
+        _note("test:ran", jid=self.jid, queue=self.payload["queue"], seq=seq,
+              critical=r.llen("queue:critical"), default=r.llen("queue:default"))
+
+
+class Sleep(Job, name="Sleep"):
+    """Records its start (with its pid), sleeps, records its completion."""
+
+    def perform(self, seconds: float, marker: str) -> None:
+        _note("test:started", marker=marker, jid=self.jid, pid=os.getpid())
+        time.sleep(seconds)
+        _note("test:ran", marker=marker, jid=self.jid, pid=os.getpid())
+
+
+class Boom(Job, name="Boom", retry=2, backtrace=3):
+    """Always fails."""
+
+    def perform(self, message: str) -> None:
+        raise ValueError(message)
+
+
+class Suicide(Job, name="Suicide"):
+    """Kills its own process."""
+
+    def perform(self) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class HardWorker(Job, name="HardWorker"):
+    """The Sidekiq README job, as a Ruby app enqueues it."""
+
+    def perform(self, name: str, count: int) -> None:
+        _note("test:hardworker", jid=self.jid, name=name, count=count)

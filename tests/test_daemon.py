@@ -1,0 +1,217 @@
+"""The real daemon as a subprocess: delivery, weights, failures, kills, stop, security."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from forkq.client import Client
+
+from .conftest import elapsed_since, until
+
+WEIGHTED = """
+concurrency: 4
+require: jobs
+log_level: warning
+queues:
+  - [critical, 3]
+  - [default, 2]
+  - low
+"""
+
+
+def _records(r: redis.Redis[bytes], key: str = "test:ran") -> list[dict[str, Any]]:
+    return [json.loads(x) for x in r.lrange(key, 0, -1)]
+
+
+def _settled(r: redis.Redis[bytes], total: int) -> bool:
+    return int(r.get("stat:processed") or 0) >= total and not r.keys("forkq:inflight:*:*")
+
+
+def test_weighted_queues_run_every_job_once_in_order_and_share(r: redis.Redis[bytes],
+                                                               daemon: Any) -> None:
+    client, per_queue, jids = Client(r), 3334, {}
+    for queue in ("critical", "default", "low"):
+        pushed = client.push_bulk({"class": "Record", "queue": queue,
+                                   "args": [[queue, n] for n in range(per_queue)]})
+        jids.update({jid: (queue, n) for n, jid in enumerate(pushed)})
+    daemon(WEIGHTED)
+    until(lambda: _settled(r, len(jids)), 120, "not all jobs ran")
+    records = _records(r)
+    runs = Counter(rec["jid"] for rec in records)
+    assert set(runs) == set(jids) and max(runs.values()) == 1, "every job exactly once"
+    by_child: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for rec in records:
+        by_child[(rec["pid"], rec["queue"])].append(rec["args"][1])
+    for seqs in by_child.values():
+        assert seqs == sorted(seqs), "each child fetched each queue oldest-first (FIFO)"
+    window = Counter(rec["queue"] for rec in records[:6000])
+    assert max(window.values()) < per_queue, "all queues stayed non-empty in the window"
+    shares = {q: window[q] / 6000 for q in window}
+    for queue, expected in (("critical", 3 / 6), ("default", 2 / 6), ("low", 1 / 6)):
+        assert abs(shares[queue] - expected) <= 0.05, shares
+
+
+def test_strict_order_runs_low_only_when_the_others_are_empty(r: redis.Redis[bytes],
+                                                              daemon: Any) -> None:
+    client = Client(r)
+    for queue in ("low", "default", "critical"):
+        client.push_bulk({"class": "StrictProbe", "queue": queue,
+                          "args": [[n] for n in range(200)]})
+    daemon(WEIGHTED + "strict: true\n")
+    until(lambda: _settled(r, 600), 60)
+    records = _records(r)
+    assert len(records) == 600
+    assert all(rec["critical"] == 0 for rec in records if rec["queue"] == "default")
+    assert all(rec["critical"] == rec["default"] == 0 for rec in records
+               if rec["queue"] == "low")
+
+
+def _move_due(r: redis.Redis[bytes], zset: str) -> None:
+    """Do what the scheduler does for a due entry: back into its queue, fresh enqueued_at."""
+    (raw,) = r.zrange(zset, 0, 0)
+    r.zrem(zset, raw)
+    job = json.loads(raw)
+    job["enqueued_at"] = time.time()
+    r.lpush(f"queue:{job['queue']}", json.dumps(job))
+
+
+def test_failures_go_to_retry_then_dead_with_sidekiqs_fields(r: redis.Redis[bytes],
+                                                             daemon: Any) -> None:
+    daemon("concurrency: 1\nrequire: jobs\n")
+    jid = Client(r).push({"class": "Boom", "args": ["kaboom"], "retry": 2, "backtrace": 3})
+    until(lambda: r.zcard("retry") == 1)
+    ((raw, score),) = r.zrange("retry", 0, -1, withscores=True)
+    first = json.loads(raw)
+    assert (first["jid"], first["class"], first["args"], first["queue"]) == (
+        jid, "Boom", ["kaboom"], "default")
+    assert (first["error_class"], first["error_message"], first["retry_count"]) == (
+        "ValueError", "kaboom", 0)
+    assert isinstance(first["failed_at"], float) and "retried_at" not in first
+    assert first["error_backtrace"].endswith("\n")
+    assert 15 <= score - first["failed_at"] <= 24
+    _move_due(r, "retry")
+    until(lambda: r.zcard("retry") == 1)
+    second = json.loads(r.zrange("retry", 0, 0)[0])
+    assert second["retry_count"] == 1 and second["retried_at"] >= second["failed_at"]
+    _move_due(r, "retry")
+    until(lambda: r.zcard("dead") == 1)
+    dead = json.loads(r.zrange("dead", 0, 0)[0])
+    assert (dead["jid"], dead["retry_count"], r.zcard("retry")) == (jid, 2, 0)
+    assert int(r.get("stat:failed") or 0) == 3
+
+
+def test_retry_false_counts_the_failure_and_keeps_nothing(r: redis.Redis[bytes],
+                                                         daemon: Any) -> None:
+    daemon("concurrency: 1\nrequire: jobs\n")
+    Client(r).push({"class": "Boom", "args": ["gone"], "retry": False})
+    until(lambda: int(r.get("stat:failed") or 0) == 1)
+    until(lambda: _settled(r, 1))
+    assert (r.zcard("retry"), r.zcard("dead"), r.llen("queue:default")) == (0, 0, 0)
+
+
+def test_a_killed_childs_job_completes_in_a_replacement(r: redis.Redis[bytes],
+                                                        daemon: Any) -> None:
+    d = daemon("concurrency: 1\nrequire: jobs\n")
+    Client(r).push({"class": "Sleep", "args": [5, "long"]})
+    until(lambda: r.llen("test:started") == 1)
+    victim = _records(r, "test:started")[0]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    until(lambda: r.llen("test:ran") == 1, 20, "the job did not complete after the kill")
+    starts = _records(r, "test:started")
+    assert len(starts) == 2 and starts[1]["pid"] != victim
+    assert _records(r)[0]["pid"] == starts[1]["pid"]
+    assert "killed by signal SIGKILL" in d.log()
+
+
+def test_random_child_kills_lose_no_job(r: redis.Redis[bytes], daemon: Any) -> None:
+    total = 2000
+    Client(r).push_bulk({"class": "Sleep",
+                         "args": [[random.uniform(0.001, 0.01), str(n)] for n in range(total)]})
+    d = daemon("concurrency: 4\nrequire: jobs\nlog_level: warning\n")
+    d.wait_children(4)
+    killed: set[int] = set()
+    rng = random.Random(2)
+    while len(killed) < 20:
+        time.sleep(0.15)
+        candidates = [c.pid for c in d.children() if c.pid not in killed]
+        if candidates:
+            victim = rng.choice(candidates)
+            os.kill(victim, signal.SIGKILL)
+            killed.add(victim)
+    until(lambda: len({rec["marker"] for rec in _records(r)}) == total, 120, "jobs lost")
+    until(lambda: r.llen("queue:default") == 0 and not r.keys("forkq:inflight:*:*"))
+    assert r.llen("test:ran") - total <= len(killed)
+    starts = Counter(rec["marker"] for rec in _records(r, "test:started"))
+    repeated = {m for m, n in starts.items() if n > 1}
+    assert len(repeated) <= len(killed)
+    first_pid = {}
+    for rec in _records(r, "test:started"):
+        first_pid.setdefault(rec["marker"], rec["pid"])
+    assert all(first_pid[m] in killed for m in repeated), "only jobs killed mid-run ran twice"
+
+
+def test_term_requeues_unfinished_jobs_to_the_front(r: redis.Redis[bytes],
+                                                     daemon: Any) -> None:
+    client = Client(r)
+    for marker in ("a", "b"):
+        client.push({"class": "Sleep", "args": [30, marker]})
+    sleepers = set(r.lrange("queue:default", 0, -1))
+    client.push_bulk({"class": "Record", "args": [["behind", n] for n in range(3)]})
+    behind = r.lrange("queue:default", 0, 2)
+    d = daemon("concurrency: 2\ntimeout: 3\nrequire: jobs\n")
+    until(lambda: r.llen("test:started") == 2)
+    start = time.monotonic()
+    d.signal(signal.SIGTERM)
+    assert d.wait(10) == 0
+    assert elapsed_since(start) < 5
+    queue = r.lrange("queue:default", 0, -1)
+    assert set(queue[-2:]) == sleepers, "unfinished jobs are next, bytes unchanged"
+    assert queue[:-2] == behind
+    assert r.llen("test:ran") == 0 and not r.keys("forkq:inflight:*")
+
+
+def test_an_idle_daemon_stops_within_a_second(r: redis.Redis[bytes], daemon: Any) -> None:
+    d = daemon("concurrency: 3\nrequire: jobs\n")
+    until(lambda: r.scard("forkq:inflight") == 3)
+    start = time.monotonic()
+    d.signal(signal.SIGTERM)
+    assert d.wait(5) == 0
+    assert elapsed_since(start) < 1.0
+
+
+def test_payloads_never_import_or_call_by_name(r: redis.Redis[bytes], daemon: Any,
+                                               tmp_path: Path) -> None:
+    proof = tmp_path / "pwned"
+    evil = [("os.system", [f"touch {proof}"]), ("builtins.eval", [f"open('{proof}', 'w')"]),
+            ("subprocess.call", [["touch", str(proof)]])]
+    for name, args in evil:
+        r.lpush("queue:default", json.dumps({"class": name, "args": args, "queue": "default",
+                                             "jid": "e" * 24}))
+    malformed = [b"not json", b"[1, 2]", b'{"class": "Record", "queue": "default"}',
+                 b'{"class": "Record", "args": "x"}']
+    for raw in malformed:
+        r.lpush("queue:default", raw)
+    d = daemon("concurrency: 1\nrequire: jobs\n")
+    (child,) = d.wait_children(1)
+    until(lambda: r.zcard("dead") == 7)
+    Client(r).push({"class": "Record", "args": ["after"]})
+    until(lambda: r.llen("test:ran") == 1)
+    assert _records(r)[0]["pid"] == child.pid, "the same child kept processing"
+    assert not proof.exists()
+    dead = [json.loads(x) for x in r.zrange("dead", 0, -1)]
+    errors = sorted(f"{d['error_class']}: {d['error_message']}" for d in dead)
+    assert sum("forkq.UnknownJobError: unknown job" in e for e in errors) == 3
+    for problem in ("not valid JSON", "got a JSON array", "has no 'args'",
+                    "'args' must be a JSON array"):
+        assert any(problem in e for e in errors), (problem, errors)
+    stand_ins = [d for d in dead if d["class"] == "forkq.Unrunnable"]
+    assert sorted(d["raw"] for d in stand_ins) == ["[1, 2]", "not json"]

@@ -1,0 +1,185 @@
+"""Pure policies and small mechanisms: no Redis, no fork."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import signal
+import zlib
+from collections import Counter
+
+import pytest
+
+from forkq import fetch, retry, wirejson
+from forkq import payload as job
+from forkq.errors import MalformedJobError, UnknownJobError
+from forkq.middleware import Chain
+from forkq.registry import Job, Registry, job as job_decorator
+from forkq.signals import SelfPipe
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (1795238956.99455, "1795238956.99455"),
+    (1e15, "1.0e+15"),
+    (123456789012345.0, "123456789012345.0"),
+    (1e-05, "1.0e-05"),
+    (0.0001, "0.0001"),
+    (1e20, "1.0e+20"),
+    (2.0, "2.0"),
+    (-0.0, "-0.0"),
+    (-1.5, "-1.5"),
+])
+def test_floats_are_written_as_ruby_does(value: float, text: str) -> None:
+    assert wirejson.ruby_float(value) == text
+
+
+def test_json_is_compact_raw_utf8_with_ruby_escapes() -> None:
+    value = {"b": [1, 2.5, None, True], "a": "x\n\"/é\u2028\x01"}
+    assert wirejson.dumps(value) == '{"b":[1,2.5,null,true],"a":"x\\n\\"/é\u2028\\u0001"}'
+
+
+def test_non_json_arguments_are_refused_with_their_path() -> None:
+    with pytest.raises(TypeError, match=r"\$\.args\[1\]: set"):
+        wirejson.dumps({"args": [1, {2}]})
+    with pytest.raises(ValueError):
+        wirejson.dumps([float("nan")])
+
+
+def test_epoch_timestamps_stay_decimal() -> None:
+    for _ in range(1000):
+        stamp = random.uniform(1e9, 4e9)
+        assert "e" not in wirejson.ruby_float(stamp)
+
+
+def test_payload_fields_and_order_match_sidekiq() -> None:
+    payload = job.build("HardWorker", ["bob", 1], queue="default", now=1795238956.99455)
+    assert list(payload) == ["retry", "queue", "args", "class", "jid", "created_at"]
+    assert len(payload["jid"]) == 24 and int(payload["jid"], 16) >= 0
+    assert job.encode(payload).startswith('{"retry":true,"queue":"default","args":["bob",1],')
+
+
+@pytest.mark.parametrize(("raw", "problem"), [
+    (b"not json", "not valid JSON"),
+    (b"[1, 2]", "must be a JSON object, got a JSON array"),
+    (b'{"class": "X"}', "has no 'args'"),
+    (b'{"class": "X", "args": "a"}', "'args' must be a JSON array, got a JSON string"),
+    (b'{"args": []}', "no string 'class'"),
+])
+def test_malformed_payloads_are_named(raw: bytes, problem: str) -> None:
+    with pytest.raises(MalformedJobError, match=problem):
+        job.decode(raw)
+
+
+def test_integer_timestamps_are_milliseconds() -> None:
+    assert job.epoch_seconds(1795238956994) == pytest.approx(1795238956.994)
+    assert job.epoch_seconds(1795238956.5) == 1795238956.5
+    assert job.epoch_seconds("x") is None
+
+
+def test_weighted_order_matches_the_weights() -> None:
+    rng = random.Random(7)
+    queues = [("critical", 3), ("default", 2), ("low", 1)]
+    firsts = Counter(fetch.weighted_order(queues, rng)[0] for _ in range(60_000))
+    assert firsts["critical"] / 60_000 == pytest.approx(3 / 6, abs=0.01)
+    assert firsts["default"] / 60_000 == pytest.approx(2 / 6, abs=0.01)
+    assert firsts["low"] / 60_000 == pytest.approx(1 / 6, abs=0.01)
+    assert sorted(fetch.weighted_order(queues, rng)) == ["critical", "default", "low"]
+
+
+def test_strict_order_is_the_configured_order() -> None:
+    assert fetch.strict_order([("a", 1), ("b", 5)]) == ["a", "b"]
+
+
+def test_backoff_is_sidekiqs_formula() -> None:
+    for count in (0, 1, 5, 24):
+        delays = {retry.backoff(count, random.Random(seed)) for seed in range(200)}
+        assert min(delays) == count**4 + 15
+        assert max(delays) == count**4 + 15 + 9 * (count + 1)
+    assert retry.backoff(2, random.Random(1), base=100) - 100 - 15 in range(0, 28, 3)
+
+
+def test_allowed_retries() -> None:
+    assert retry.allowed_retries(True, 25) == 25
+    assert retry.allowed_retries(3, 25) == 3
+    assert retry.allowed_retries(0, 25) == 0
+    assert retry.allowed_retries(False, 25) is None
+
+
+def test_failure_fields_follow_job_retry() -> None:
+    payload = job.build("Boom", [], queue="q", retry=1, options={"backtrace": 2}, now=1.0)
+    try:
+        raise ValueError("bad")
+    except ValueError as exc:
+        first = retry.plan(payload, exc, max_retries=25, rng=random.Random(0), now=100.0)
+        assert first.mode == "retry" and 115 <= first.score <= 124
+        filed = json.loads(first.payload)
+        assert (filed["error_class"], filed["error_message"], filed["retry_count"]) == (
+            "ValueError", "bad", 0)
+        assert filed["failed_at"] == 100.0 and "retried_at" not in filed
+        lines = json.loads(zlib.decompress(base64.b64decode(filed["error_backtrace"])))
+        assert len(lines) == 1 and "in `test_failure_fields_follow_job_retry'" in lines[0]
+        second = retry.plan(filed, exc, max_retries=25, rng=random.Random(0), now=200.0)
+    assert second.mode == "dead" and second.score == 200.0
+    dead = json.loads(second.payload)
+    assert (dead["retry_count"], dead["retried_at"], dead["failed_at"]) == (1, 200.0, 100.0)
+
+
+def test_retry_false_drops_and_dead_false_never_buries() -> None:
+    exc = RuntimeError("x")
+    dropped = job.build("X", [], queue="q", retry=False, now=1.0)
+    assert retry.plan(dropped, exc, max_retries=25, rng=random.Random(), now=2.0).mode == "drop"
+    kept = job.build("X", [], queue="q", retry=0, options={"dead": False}, now=1.0)
+    assert retry.plan(kept, exc, max_retries=25, rng=random.Random(), now=2.0).mode == "drop"
+
+
+def test_backtrace_is_rubys_mime_base64() -> None:
+    text = retry.compress_backtrace([f"line {n}" for n in range(50)])
+    assert all(len(line) <= 60 for line in text.split("\n")) and text.endswith("\n")
+    assert json.loads(zlib.decompress(base64.b64decode(text)))[49] == "line 49"
+
+
+def test_chain_wraps_in_order_and_can_stop() -> None:
+    calls: list[str] = []
+    chain: Chain[dict[str, int], str] = Chain()
+    chain.add(lambda ctx, nxt: (calls.append("outer"), nxt())[1])
+    chain.add(lambda ctx, nxt: (calls.append("inner"), nxt())[1])
+    assert chain.run({}, lambda: "done") == "done"
+    assert calls == ["outer", "inner"]
+    chain.add(lambda ctx, nxt: None)
+    assert chain.run({}, lambda: "never") is None
+
+
+def test_registry_runs_only_registered_names() -> None:
+    registry = Registry()
+
+    @job_decorator(name="Named", queue="q", registry=registry)
+    def named(x: int) -> int:
+        return x * 2
+
+    class Worker(Job, name="Worker", registry=registry, queue="w", retry=3):
+        def perform(self, x: int) -> str:
+            return f"{self.jid}:{x}"
+
+    assert named(4) == 8
+    assert registry.lookup("Named").call({"args": [5]}) == 10
+    assert registry.lookup("Worker").call({"args": [1], "jid": "j"}) == "j:1"
+    assert registry.lookup("Worker").options.retry == 3
+    for name in ("os.system", "builtins.eval", "subprocess.call"):
+        with pytest.raises(UnknownJobError, match="unknown job"):
+            registry.lookup(name)
+    with pytest.raises(ValueError, match="already registered"):
+        job_decorator(name="Named", registry=registry)(lambda: None)
+
+
+def test_self_pipe_records_signals_in_order() -> None:
+    pipe = SelfPipe([signal.SIGUSR1, signal.SIGUSR2])
+    try:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        received, _ = pipe.wait(1.0)
+        assert received == [signal.SIGUSR2, signal.SIGUSR1]
+        assert pipe.wait(0.0) == ([], [])
+    finally:
+        pipe.close()

@@ -1,0 +1,122 @@
+"""The client's wire format and every Lua script, against the throwaway server."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+
+import redis
+
+from forkq import fetch, keys, retry
+from forkq import payload as payloads
+from forkq.client import Client
+from forkq.middleware import Chain
+
+DECIMAL = re.compile(r'"(created_at|enqueued_at)":\d+\.\d+[,}]')
+
+
+def test_push_writes_sidekiqs_immediate_format(r: redis.Redis[bytes]) -> None:
+    before = time.time()
+    jid = Client(r).push({"class": "HardWorker", "args": ["bob", 1], "tags": ["a"]})
+    assert r.smembers("queues") == {b"default"}
+    (raw,) = r.lrange("queue:default", 0, -1)
+    assert DECIMAL.search(raw.decode())
+    job = json.loads(raw)
+    assert list(job) == ["retry", "queue", "tags", "args", "class", "jid", "created_at",
+                         "enqueued_at"]
+    assert (job["jid"], job["class"], job["args"], job["retry"]) == (jid, "HardWorker",
+                                                                   ["bob", 1], True)
+    assert before <= job["created_at"] <= job["enqueued_at"] <= time.time()
+
+
+def test_future_jobs_go_to_schedule_without_enqueued_at(r: redis.Redis[bytes]) -> None:
+    client = Client(r)
+    client.push({"class": "X", "args": [], "at": 3600})
+    client.push({"class": "X", "args": [], "at": time.time() - 5, "queue": "past"})
+    ((raw, score),) = r.zrange("schedule", 0, -1, withscores=True)
+    assert "enqueued_at" not in json.loads(raw) and "at" not in json.loads(raw)
+    assert abs(score - (time.time() + 3600)) < 5
+    assert r.llen("queue:past") == 1 and r.smembers("queues") == {b"past"}
+
+
+def test_push_bulk_is_one_lpush_with_shared_times(r: redis.Redis[bytes]) -> None:
+    jids = Client(r).push_bulk({"class": "X", "args": [[n] for n in range(5)], "queue": "b"})
+    raws = r.lrange("queue:b", 0, -1)
+    jobs = [json.loads(raw) for raw in reversed(raws)]
+    assert [j["args"] for j in jobs] == [[n] for n in range(5)]
+    assert [j["jid"] for j in jobs] == jids and len(set(jids)) == 5
+    assert len({(j["created_at"], j["enqueued_at"]) for j in jobs}) == 1
+
+
+def test_client_middleware_can_change_or_stop_a_push(r: redis.Redis[bytes]) -> None:
+    chain: Chain[payloads.Payload, payloads.Payload] = Chain()
+    chain.add(lambda p, nxt: None if p["args"] == ["drop"] else (p.update(tag=1), nxt())[1])
+    client = Client(r, middleware=chain)
+    assert client.push({"class": "X", "args": ["drop"]}) is None
+    assert client.push({"class": "X", "args": ["keep"]})
+    assert [json.loads(x)["tag"] for x in r.lrange("queue:default", 0, -1)] == [1]
+
+
+def _fetcher(r: redis.Redis[bytes], queues: list[tuple[str, int]], strict: bool = True
+             ) -> fetch.Fetcher:
+    return fetch.Fetcher(r, "forkq:inflight:test:1", queues=queues, strict=strict,
+                         rng=random.Random(1))
+
+
+def test_fetch_moves_the_oldest_job_into_the_inflight_list(r: redis.Redis[bytes]) -> None:
+    r.lpush("queue:a", b"first", b"second")
+    fetcher = _fetcher(r, [("a", 1)])
+    got = fetcher.ack_and_fetch(ack=False)
+    assert got == fetch.Fetched("a", b"first")
+    assert r.lrange("forkq:inflight:test:1", 0, -1) == [b"queue:a", b"first"]
+    assert fetcher.ack_and_fetch(ack=True) == fetch.Fetched("a", b"second")
+    assert r.lrange("forkq:inflight:test:1", 0, -1) == [b"queue:a", b"second"]
+    assert fetcher.ack_and_fetch(ack=True) is None
+    assert r.exists("forkq:inflight:test:1") == 0
+    assert int(r.get("stat:processed") or 0) == 2
+    daily = keys.daily(keys.STAT_PROCESSED, keys.utc_date())
+    assert int(r.get(daily) or 0) == 2 and r.ttl(daily) > 157_000_000
+
+
+def test_strict_fetch_takes_queues_in_order(r: redis.Redis[bytes]) -> None:
+    r.lpush("queue:low", b"l")
+    r.lpush("queue:high", b"h")
+    fetcher = _fetcher(r, [("high", 1), ("low", 1)])
+    assert fetcher.ack_and_fetch(ack=False) == fetch.Fetched("high", b"h")
+    assert fetcher.ack_and_fetch(ack=True) == fetch.Fetched("low", b"l")
+
+
+def test_requeue_puts_the_job_back_at_the_front_unchanged(r: redis.Redis[bytes]) -> None:
+    r.lpush("queue:a", b"held", b"next")
+    r.sadd(keys.INFLIGHT_REGISTRY, "forkq:inflight:test:1")
+    _fetcher(r, [("a", 1)]).ack_and_fetch(ack=False)
+    assert fetch.requeue(r, "forkq:inflight:test:1", unregister=True) == b"held"
+    assert r.lrange("queue:a", 0, -1) == [b"next", b"held"]  # right end = fetched next
+    assert r.exists("forkq:inflight:test:1") == 0
+    assert r.smembers(keys.INFLIGHT_REGISTRY) == set()
+    assert fetch.requeue(r, "forkq:inflight:test:1", unregister=True) is None
+
+
+def test_fail_files_retry_then_dead_and_counts(r: redis.Redis[bytes]) -> None:
+    r.lpush("queue:a", b"x")
+    _fetcher(r, [("a", 1)]).ack_and_fetch(ack=False)
+    retry.file(r, "forkq:inflight:test:1", retry.Failure("retry", '{"jid":"1"}', 1e10))
+    assert r.zrange("retry", 0, -1, withscores=True) == [(b'{"jid":"1"}', 1e10)]
+    assert r.exists("forkq:inflight:test:1") == 0
+    now = time.time()
+    r.zadd("dead", {"ancient": now - keys.DEAD_TIMEOUT - 10})
+    retry.file(r, "forkq:inflight:test:1", retry.Failure("dead", '{"jid":"2"}', now))
+    assert r.zrange("dead", 0, -1) == [b'{"jid":"2"}']
+    retry.file(r, "forkq:inflight:test:1", retry.Failure("drop", '{"jid":"3"}', now))
+    assert r.zcard("retry") == 1 and r.zcard("dead") == 1
+    assert (int(r.get("stat:processed") or 0), int(r.get("stat:failed") or 0)) == (3, 3)
+
+
+def test_dead_set_is_trimmed_to_its_size(r: redis.Redis[bytes]) -> None:
+    now = time.time()
+    r.zadd("dead", {f"old{n}": now - 20_000 + n for n in range(keys.DEAD_MAX_JOBS)})
+    retry.file(r, "forkq:inflight:test:1", retry.Failure("dead", "newest", now))
+    assert r.zcard("dead") == keys.DEAD_MAX_JOBS
+    assert r.zrange("dead", -1, -1) == [b"newest"] and r.zscore("dead", "old0") is None
