@@ -76,14 +76,19 @@ def run(*, jobs: int, concurrency: int, latency_samples: int, redis_url: str | N
 
 def _measure(tmp: str, url: str, jobs: int, concurrency: int, samples: int,
              *, embedded: bool) -> int:
-    r: redis.Redis[bytes] = redis.Redis.from_url(url, protocol=2)
+    r: redis.Redis = redis.Redis.from_url(url, protocol=2)
     r.delete(LATENCY_KEY, keys.queue(QUEUE))
     client = clients.Client(r)
-    daemon = DaemonProcess(_write_config(tmp, url, concurrency),
-                           stderr=open(os.path.join(tmp, "daemon.log"), "wb"))
     version = r.info("server").get("valkey_version") or r.info("server")["redis_version"]
     print(f"forkq bench: {jobs} no-op jobs, concurrency {concurrency}, "
           f"server {version}{' (private)' if embedded else ''}")
+    with open(os.path.join(tmp, "daemon.log"), "wb") as log_file:
+        daemon = DaemonProcess(_write_config(tmp, url, concurrency), stderr=log_file)
+        return _phases(r, client, daemon, jobs=jobs, concurrency=concurrency, samples=samples)
+
+
+def _phases(r: redis.Redis, client: clients.Client, daemon: DaemonProcess, *, jobs: int,
+            concurrency: int, samples: int) -> int:
     daemon.start()
     try:
         _push(client, "warmup", concurrency)
@@ -116,7 +121,7 @@ def _push(client: clients.Client, phase: str, count: int) -> int:
     return (count + CHUNK - 1) // CHUNK * 2  # commands sent: SADD + LPUSH per chunk
 
 
-def _throughput(r: redis.Redis[bytes], client: clients.Client, jobs: int) -> None:
+def _throughput(r: redis.Redis, client: clients.Client, jobs: int) -> None:
     base = _processed(r)
     calls_before, scripts_before = _total_calls(r), _script_calls(r)
     started = time.perf_counter()
@@ -130,7 +135,7 @@ def _throughput(r: redis.Redis[bytes], client: clients.Client, jobs: int) -> Non
           f"({per_job:.2f} commands counting those inside the Lua script)")
 
 
-def _progress(r: redis.Redis[bytes], base: int, jobs: int, started: float) -> int:
+def _progress(r: redis.Redis, base: int, jobs: int, started: float) -> int:
     """Show progress until ``jobs`` more are processed; the number of polls made."""
     polls, tty = 0, sys.stderr.isatty()
     last_line = 0.0
@@ -150,7 +155,7 @@ def _progress(r: redis.Redis[bytes], base: int, jobs: int, started: float) -> in
         time.sleep(0.05)
 
 
-def _latency_phase(r: redis.Redis[bytes], client: clients.Client, samples: int) -> None:
+def _latency_phase(r: redis.Redis, client: clients.Client, samples: int) -> None:
     base = _processed(r)
     for n in range(samples):
         client.push({"class": "forkq.bench.noop", "args": ["latency"], "queue": QUEUE})
@@ -158,14 +163,14 @@ def _latency_phase(r: redis.Redis[bytes], client: clients.Client, samples: int) 
         time.sleep(0.005)
 
 
-def _idle_cost(r: redis.Redis[bytes], concurrency: int, seconds: float = 4.0) -> None:
+def _idle_cost(r: redis.Redis, concurrency: int, seconds: float = 4.0) -> None:
     before = _script_calls(r)
     time.sleep(seconds)
     per_child = (_script_calls(r) - before) / seconds / concurrency
     print(f"idle: {per_child:.2f} fetches per processor per second")
 
 
-def _report_latency(r: redis.Redis[bytes], samples: int) -> None:
+def _report_latency(r: redis.Redis, samples: int) -> None:
     values = sorted(float(v) * 1000 for v in r.lrange(LATENCY_KEY, 0, -1))
     if not values:
         print("latency: no samples recorded")
@@ -176,16 +181,16 @@ def _report_latency(r: redis.Redis[bytes], samples: int) -> None:
           f"p50 {p50:.2f} ms  p99 {p99:.2f} ms  max {values[-1]:.2f} ms")
 
 
-def _processed(r: redis.Redis[bytes]) -> int:
+def _processed(r: redis.Redis) -> int:
     return int(r.get(keys.STAT_PROCESSED) or 0)
 
 
-def _script_calls(r: redis.Redis[bytes]) -> int:
+def _script_calls(r: redis.Redis) -> int:
     stats = r.info("commandstats")
     return sum(int(stats.get(name, {}).get("calls", 0)) for name in
                ("cmdstat_evalsha", "cmdstat_eval"))
 
 
-def _total_calls(r: redis.Redis[bytes]) -> int:
+def _total_calls(r: redis.Redis) -> int:
     stats = r.info("commandstats")
     return sum(int(v["calls"]) for v in stats.values() if isinstance(v, dict))

@@ -19,8 +19,8 @@ from typing import Any
 
 import redis
 
-from forkq import payload as payloads
 from forkq import keys
+from forkq import payload as payloads
 from forkq.connection import connect
 from forkq.middleware import Chain
 
@@ -42,7 +42,7 @@ class Client:
 
     def __init__(
         self,
-        redis_client: redis.Redis[bytes] | None = None,
+        redis_client: redis.Redis | None = None,
         *,
         url: str | None = None,
         embedded_dir: str | None = None,

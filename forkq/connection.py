@@ -32,7 +32,7 @@ def resolve_url(url: str, *, embedded_dir: str = ".forkq") -> str:
     return url
 
 
-def connect(url: str, *, embedded_dir: str = ".forkq") -> "redis.Redis[bytes]":
+def connect(url: str, *, embedded_dir: str = ".forkq") -> redis.Redis:
     """A client for ``url`` speaking RESP2, answering bytes, with a 5 s connect timeout."""
     resolved = resolve_url(url, embedded_dir=embedded_dir)
     tcp = {} if resolved.startswith("unix:") else {"socket_keepalive": True}

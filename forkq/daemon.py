@@ -75,7 +75,7 @@ def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.
         time.sleep(interval)
 
 
-def answers(client: redis.Redis[bytes]) -> bool:
+def answers(client: redis.Redis) -> bool:
     """True when the server answers PING."""
     try:
         return bool(client.ping())

@@ -49,7 +49,7 @@ def find_binary() -> str:
 
 
 class EmbeddedServer:
-    """One server process in ``data_dir``. Start, check, stop; nothing happens in the constructor."""
+    """One server process in ``data_dir``; the constructor only stores settings."""
 
     def __init__(self, data_dir: str, *, persistent: bool = True, port: int = 0,
                  binary: str | None = None) -> None:
@@ -83,8 +83,8 @@ class EmbeddedServer:
         self._await_ready(timeout, log_path)
 
     def _command(self) -> list[str]:
-        persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.persistent \
-            else ["--appendonly", "no"]
+        persistence = (["--appendonly", "yes", "--appendfsync", "everysec"] if self.persistent
+                       else ["--appendonly", "no"])
         return [
             self.binary or find_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
             "--unixsocket", self.socket, "--unixsocketperm", "700",

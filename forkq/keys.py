@@ -1,33 +1,26 @@
 """The whole Redis key layout, Sidekiq's and forkq's own, in one table.
 
-Sidekiq's keys (wire-compatible with Sidekiq 6.4-8.x; see sidekiq-wire.md):
+Sidekiq's keys (wire-compatible with Sidekiq 6.4-8.x; see sidekiq-wire.md).
+Each entry: key — type, TTL — owner and content.
 
-=================================  ======  ============  ============================================
-key                                type    TTL           owner and content
-=================================  ======  ============  ============================================
-``queues``                         set     none          clients ``SADD`` every queue they push to
-``queue:<name>``                   list    none          job JSON; clients LPUSH, processors take
-                                                         from the right (FIFO); requeue RPUSHes
-``schedule``                       zset    none          future jobs, score = run-at epoch seconds
-``retry``                          zset    none          failed jobs awaiting a retry, score = due
-``dead``                           zset    trimmed       exhausted jobs, score = death time;
-                                                         10,000 entries / 180 days
-``stat:processed``, ``stat:failed``  string  none          all-time counters (failures count as
-                                                         processed too)
-``stat:<x>:YYYY-MM-DD``            string  5 years       daily counters, UTC date
-=================================  ======  ============  ============================================
+- ``queues`` — set, no TTL — clients ``SADD`` every queue they push to.
+- ``queue:<name>`` — list, no TTL — job JSON; clients LPUSH, processors take from
+  the right (FIFO); a requeue RPUSHes so the job is the next one taken.
+- ``schedule`` — zset, no TTL — future jobs, score = run-at epoch seconds.
+- ``retry`` — zset, no TTL — failed jobs awaiting a retry, score = when due.
+- ``dead`` — zset, trimmed on insert to 10,000 entries / 180 days — exhausted jobs,
+  score = time of death.
+- ``stat:processed``, ``stat:failed`` — string, no TTL — all-time counters
+  (failures count as processed too).
+- ``stat:<x>:YYYY-MM-DD`` — string, 5 years — daily counters, UTC date.
 
 forkq's own keys:
 
-=================================  ======  ============  ============================================
-key                                type    TTL           owner and content
-=================================  ======  ============  ============================================
-``forkq:inflight:<identity>:<pid>``  list  none          the job a processor child is running (at
-                                                         most one); filled atomically by the fetch,
-                                                         emptied by ack / failure filing / requeue
-``forkq:inflight``                 set     none          registry of every in-flight list, so the
-                                                         orphan sweep never SCANs the keyspace
-=================================  ======  ============  ============================================
+- ``forkq:inflight:<identity>:<pid>`` — list, no TTL — written by fetch.lua only:
+  empty, or ``[queue key, job]`` for the one job a processor child runs; emptied
+  by the ack, by failure filing, or by the requeue once the child is gone.
+- ``forkq:inflight`` — set, no TTL — registry of in-flight lists (a child adds its
+  own at boot; the requeue removes it), so recovery never SCANs the keyspace.
 
 The identity is Sidekiq's ``<hostname>:<master pid>:<12 hex>``.
 """

@@ -22,10 +22,8 @@ class _RoleFilter(logging.Filter):
 
 
 class _Formatter(logging.Formatter):
-    converter = time.gmtime
-
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", self.converter(record.created))
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         return f"{stamp}.{int(record.msecs):03d}Z"
 
 

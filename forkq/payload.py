@@ -34,7 +34,7 @@ def build(
     options: dict[str, Any] | None = None,
     now: float,
 ) -> Payload:
-    """A new payload in Sidekiq's key order (retry, queue, extra options, args, class, jid, created_at)."""
+    """A new payload in Sidekiq's key order: retry, queue, options, args, class, jid, created_at."""
     payload: Payload = {"retry": retry, "queue": queue}
     if options:
         payload.update(options)

@@ -124,7 +124,7 @@ class Processor:
         self._watch.open()
 
     def loop_once(self) -> None:
-        """One turn: settle the last job and fetch the next (one round trip), then run it or wait."""
+        """One turn: settle the last job and fetch the next in one round trip; run it or wait."""
         self._check_signals()
         if self.stopping:
             return
@@ -199,7 +199,8 @@ class Processor:
                 self.stopping = True
             return
         if self._outage_since is not None:
-            log.warning("Redis is online, %.1f sec downtime", time.monotonic() - self._outage_since)
+            downtime = time.monotonic() - self._outage_since
+            log.warning("Redis is online, %.1f sec downtime", downtime)
             self._outage_since = None
 
     def _title(self, state: str) -> None:

@@ -50,7 +50,7 @@ class QueueWatch:
             conn.read_response()
             conn.send_command("SUBSCRIBE", CHANNEL)
             conn.read_response()
-        except Exception as exc:  # noqa: BLE001 - any refusal means: poll instead
+        except Exception as exc:
             conn.disconnect()
             if "ERR" in str(exc) or "NOPERM" in str(exc):
                 self._refused = True

@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Generic, ParamSpec
+from typing import Any, ClassVar, Generic, ParamSpec, overload
 
 from forkq import client as _client
 from forkq.errors import UnknownJobError
@@ -156,6 +156,24 @@ class JobFunction(Enqueue, Generic[P]):
         return self.func(*args, **kwargs)
 
 
+@overload
+def job(func: Callable[P, Any]) -> JobFunction[P]: ...
+
+
+@overload
+def job(
+    func: None = None,
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    retry: bool | int = True,
+    backtrace: bool | int = False,
+    retry_in: RetryIn | None = None,
+    registry: Registry = REGISTRY,
+    **extra: Any,
+) -> Callable[[Callable[P, Any]], JobFunction[P]]: ...
+
+
 def job(
     func: Callable[..., Any] | None = None,
     *,
@@ -167,7 +185,11 @@ def job(
     registry: Registry = REGISTRY,
     **extra: Any,
 ) -> Any:
-    """Register a function as a job: ``@job`` or ``@job(queue="critical", retry=5)``."""
+    """Register a function as a job: ``@job`` or ``@job(queue="critical", retry=5)``.
+
+    The function stays callable as before and gains ``perform_async`` and friends.
+    Only JSON-native arguments can be enqueued.
+    """
 
     def register(target: Callable[..., Any]) -> JobFunction[Any]:
         _check_options({"queue": queue, "retry": retry, "backtrace": backtrace})

@@ -23,8 +23,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from forkq import payload as payloads
 from forkq import keys
+from forkq import payload as payloads
 from forkq.scripts import source
 
 MESSAGE_LIMIT = 10_000
@@ -58,7 +58,9 @@ def allowed_retries(retry: Any, max_retries: int) -> int | None:
 def error_class_name(exc: BaseException) -> str:
     """``ValueError`` for builtins, ``module.Class`` otherwise."""
     cls = type(exc)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def backtrace_lines(exc: BaseException) -> list[str]:

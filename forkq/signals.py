@@ -36,7 +36,9 @@ class SelfPipe:
         """The read end, for callers that select on several fds."""
         return self._read_fd
 
-    def wait(self, timeout: float, *, also: Iterable[int] = ()) -> tuple[list[signal.Signals], list[int]]:
+    def wait(
+        self, timeout: float, *, also: Iterable[int] = ()
+    ) -> tuple[list[signal.Signals], list[int]]:
         """Block up to ``timeout`` seconds for a signal or one of the ``also`` fds.
 
         Returns the signals received (oldest first) and the ``also`` fds that are readable.

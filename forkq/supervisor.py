@@ -20,6 +20,7 @@ Keys: ``forkq:inflight:<identity>:<pid>`` and ``forkq:inflight`` (via
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -226,10 +227,8 @@ class Supervisor:
 
     def _signal_children(self, signum: signal.Signals) -> None:
         for pid in list(self.children):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
 
     # -- stopping ----------------------------------------------------------------------------
 
@@ -246,10 +245,8 @@ class Supervisor:
     def _kill_remaining(self) -> None:
         log.warning("Terminating %d busy processors", len(self.children))
         for pid, child in list(self.children.items()):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             os.waitpid(pid, 0)
             del self.children[pid]
             self._unrequeued[child.slot] = child.inflight_key(self.identity)

@@ -8,6 +8,7 @@ starts is stopped in teardown by its pid, children included, also on failure.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -44,9 +45,9 @@ def server() -> Iterator[EmbeddedServer]:
 
 
 @pytest.fixture
-def r(server: EmbeddedServer) -> Iterator[redis.Redis[bytes]]:
+def r(server: EmbeddedServer) -> Iterator[redis.Redis]:
     """A client to the session server, flushed before each test."""
-    client: redis.Redis[bytes] = redis.Redis(unix_socket_path=server.socket, protocol=2)
+    client: redis.Redis = redis.Redis(unix_socket_path=server.socket, protocol=2)
     client.flushall()
     yield client
     client.close()
@@ -77,7 +78,7 @@ class Daemon(DaemonProcess):
 
 
 @pytest.fixture
-def daemon(server: EmbeddedServer, r: redis.Redis[bytes], tmp_path: Path
+def daemon(server: EmbeddedServer, r: redis.Redis, tmp_path: Path
            ) -> Iterator[Callable[..., Daemon]]:
     """Factory: ``daemon(yaml_text)`` starts ``forkq run`` on the session server."""
     started: list[Daemon] = []
@@ -99,22 +100,14 @@ def daemon(server: EmbeddedServer, r: redis.Redis[bytes], tmp_path: Path
 
     yield start
     for d in started:
-        with _suppress():
+        with contextlib.suppress(psutil.NoSuchProcess):
             known.update(p.pid for p in psutil.Process(d.pid).children(recursive=True))
         d.stop(timeout=10)
         if hasattr(d.stderr, "close"):
             d.stderr.close()  # type: ignore[union-attr]
     for pid in known:
-        with _suppress():
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-
-
-class _suppress:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> bool:
-        return exc[0] is None or issubclass(exc[0], (ProcessLookupError, psutil.NoSuchProcess))
 
 
 def run_forkq(*args: str, cwd: str | Path | None = None, timeout: float = 60,

@@ -28,15 +28,15 @@ queues:
 """
 
 
-def _records(r: redis.Redis[bytes], key: str = "test:ran") -> list[dict[str, Any]]:
+def _records(r: redis.Redis, key: str = "test:ran") -> list[dict[str, Any]]:
     return [json.loads(x) for x in r.lrange(key, 0, -1)]
 
 
-def _settled(r: redis.Redis[bytes], total: int) -> bool:
+def _settled(r: redis.Redis, total: int) -> bool:
     return int(r.get("stat:processed") or 0) >= total and not r.keys("forkq:inflight:*:*")
 
 
-def test_weighted_queues_run_every_job_once_in_order_and_share(r: redis.Redis[bytes],
+def test_weighted_queues_run_every_job_once_in_order_and_share(r: redis.Redis,
                                                                daemon: Any) -> None:
     client, per_queue, jids = Client(r), 3334, {}
     for queue in ("critical", "default", "low"):
@@ -60,7 +60,7 @@ def test_weighted_queues_run_every_job_once_in_order_and_share(r: redis.Redis[by
         assert abs(shares[queue] - expected) <= 0.05, shares
 
 
-def test_strict_order_runs_low_only_when_the_others_are_empty(r: redis.Redis[bytes],
+def test_strict_order_runs_low_only_when_the_others_are_empty(r: redis.Redis,
                                                               daemon: Any) -> None:
     client = Client(r)
     for queue in ("low", "default", "critical"):
@@ -75,7 +75,7 @@ def test_strict_order_runs_low_only_when_the_others_are_empty(r: redis.Redis[byt
                if rec["queue"] == "low")
 
 
-def _move_due(r: redis.Redis[bytes], zset: str) -> None:
+def _move_due(r: redis.Redis, zset: str) -> None:
     """Do what the scheduler does for a due entry: back into its queue, fresh enqueued_at."""
     (raw,) = r.zrange(zset, 0, 0)
     r.zrem(zset, raw)
@@ -84,7 +84,7 @@ def _move_due(r: redis.Redis[bytes], zset: str) -> None:
     r.lpush(f"queue:{job['queue']}", json.dumps(job))
 
 
-def test_failures_go_to_retry_then_dead_with_sidekiqs_fields(r: redis.Redis[bytes],
+def test_failures_go_to_retry_then_dead_with_sidekiqs_fields(r: redis.Redis,
                                                              daemon: Any) -> None:
     daemon("concurrency: 1\nrequire: jobs\n")
     jid = Client(r).push({"class": "Boom", "args": ["kaboom"], "retry": 2, "backtrace": 3})
@@ -109,7 +109,7 @@ def test_failures_go_to_retry_then_dead_with_sidekiqs_fields(r: redis.Redis[byte
     assert int(r.get("stat:failed") or 0) == 3
 
 
-def test_retry_false_counts_the_failure_and_keeps_nothing(r: redis.Redis[bytes],
+def test_retry_false_counts_the_failure_and_keeps_nothing(r: redis.Redis,
                                                          daemon: Any) -> None:
     daemon("concurrency: 1\nrequire: jobs\n")
     Client(r).push({"class": "Boom", "args": ["gone"], "retry": False})
@@ -118,7 +118,7 @@ def test_retry_false_counts_the_failure_and_keeps_nothing(r: redis.Redis[bytes],
     assert (r.zcard("retry"), r.zcard("dead"), r.llen("queue:default")) == (0, 0, 0)
 
 
-def test_a_killed_childs_job_completes_in_a_replacement(r: redis.Redis[bytes],
+def test_a_killed_childs_job_completes_in_a_replacement(r: redis.Redis,
                                                         daemon: Any) -> None:
     d = daemon("concurrency: 1\nrequire: jobs\n")
     Client(r).push({"class": "Sleep", "args": [5, "long"]})
@@ -132,7 +132,7 @@ def test_a_killed_childs_job_completes_in_a_replacement(r: redis.Redis[bytes],
     assert "killed by signal SIGKILL" in d.log()
 
 
-def test_random_child_kills_lose_no_job(r: redis.Redis[bytes], daemon: Any) -> None:
+def test_random_child_kills_lose_no_job(r: redis.Redis, daemon: Any) -> None:
     total = 2000
     Client(r).push_bulk({"class": "Sleep",
                          "args": [[random.uniform(0.001, 0.01), str(n)] for n in range(total)]})
@@ -159,7 +159,7 @@ def test_random_child_kills_lose_no_job(r: redis.Redis[bytes], daemon: Any) -> N
     assert all(first_pid[m] in killed for m in repeated), "only jobs killed mid-run ran twice"
 
 
-def test_term_requeues_unfinished_jobs_to_the_front(r: redis.Redis[bytes],
+def test_term_requeues_unfinished_jobs_to_the_front(r: redis.Redis,
                                                      daemon: Any) -> None:
     client = Client(r)
     for marker in ("a", "b"):
@@ -179,7 +179,7 @@ def test_term_requeues_unfinished_jobs_to_the_front(r: redis.Redis[bytes],
     assert r.llen("test:ran") == 0 and not r.keys("forkq:inflight:*")
 
 
-def test_an_idle_daemon_stops_within_a_second(r: redis.Redis[bytes], daemon: Any) -> None:
+def test_an_idle_daemon_stops_within_a_second(r: redis.Redis, daemon: Any) -> None:
     d = daemon("concurrency: 3\nrequire: jobs\n")
     until(lambda: r.scard("forkq:inflight") == 3)
     start = time.monotonic()
@@ -188,7 +188,7 @@ def test_an_idle_daemon_stops_within_a_second(r: redis.Redis[bytes], daemon: Any
     assert elapsed_since(start) < 1.0
 
 
-def test_payloads_never_import_or_call_by_name(r: redis.Redis[bytes], daemon: Any,
+def test_payloads_never_import_or_call_by_name(r: redis.Redis, daemon: Any,
                                                tmp_path: Path) -> None:
     proof = tmp_path / "pwned"
     evil = [("os.system", [f"touch {proof}"]), ("builtins.eval", [f"open('{proof}', 'w')"]),

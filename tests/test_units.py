@@ -16,7 +16,8 @@ from forkq import fetch, retry, wirejson
 from forkq import payload as job
 from forkq.errors import MalformedJobError, UnknownJobError
 from forkq.middleware import Chain
-from forkq.registry import Job, Registry, job as job_decorator
+from forkq.registry import Job, Registry
+from forkq.registry import job as job_decorator
 from forkq.signals import SelfPipe
 
 

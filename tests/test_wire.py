@@ -17,7 +17,7 @@ from forkq.middleware import Chain
 DECIMAL = re.compile(r'"(created_at|enqueued_at)":\d+\.\d+[,}]')
 
 
-def test_push_writes_sidekiqs_immediate_format(r: redis.Redis[bytes]) -> None:
+def test_push_writes_sidekiqs_immediate_format(r: redis.Redis) -> None:
     before = time.time()
     jid = Client(r).push({"class": "HardWorker", "args": ["bob", 1], "tags": ["a"]})
     assert r.smembers("queues") == {b"default"}
@@ -31,7 +31,7 @@ def test_push_writes_sidekiqs_immediate_format(r: redis.Redis[bytes]) -> None:
     assert before <= job["created_at"] <= job["enqueued_at"] <= time.time()
 
 
-def test_future_jobs_go_to_schedule_without_enqueued_at(r: redis.Redis[bytes]) -> None:
+def test_future_jobs_go_to_schedule_without_enqueued_at(r: redis.Redis) -> None:
     client = Client(r)
     client.push({"class": "X", "args": [], "at": 3600})
     client.push({"class": "X", "args": [], "at": time.time() - 5, "queue": "past"})
@@ -41,7 +41,7 @@ def test_future_jobs_go_to_schedule_without_enqueued_at(r: redis.Redis[bytes]) -
     assert r.llen("queue:past") == 1 and r.smembers("queues") == {b"past"}
 
 
-def test_push_bulk_is_one_lpush_with_shared_times(r: redis.Redis[bytes]) -> None:
+def test_push_bulk_is_one_lpush_with_shared_times(r: redis.Redis) -> None:
     jids = Client(r).push_bulk({"class": "X", "args": [[n] for n in range(5)], "queue": "b"})
     raws = r.lrange("queue:b", 0, -1)
     jobs = [json.loads(raw) for raw in reversed(raws)]
@@ -50,7 +50,7 @@ def test_push_bulk_is_one_lpush_with_shared_times(r: redis.Redis[bytes]) -> None
     assert len({(j["created_at"], j["enqueued_at"]) for j in jobs}) == 1
 
 
-def test_client_middleware_can_change_or_stop_a_push(r: redis.Redis[bytes]) -> None:
+def test_client_middleware_can_change_or_stop_a_push(r: redis.Redis) -> None:
     chain: Chain[payloads.Payload, payloads.Payload] = Chain()
     chain.add(lambda p, nxt: None if p["args"] == ["drop"] else (p.update(tag=1), nxt())[1])
     client = Client(r, middleware=chain)
@@ -59,13 +59,13 @@ def test_client_middleware_can_change_or_stop_a_push(r: redis.Redis[bytes]) -> N
     assert [json.loads(x)["tag"] for x in r.lrange("queue:default", 0, -1)] == [1]
 
 
-def _fetcher(r: redis.Redis[bytes], queues: list[tuple[str, int]], strict: bool = True
+def _fetcher(r: redis.Redis, queues: list[tuple[str, int]], strict: bool = True
              ) -> fetch.Fetcher:
     return fetch.Fetcher(r, "forkq:inflight:test:1", queues=queues, strict=strict,
                          rng=random.Random(1))
 
 
-def test_fetch_moves_the_oldest_job_into_the_inflight_list(r: redis.Redis[bytes]) -> None:
+def test_fetch_moves_the_oldest_job_into_the_inflight_list(r: redis.Redis) -> None:
     r.lpush("queue:a", b"first", b"second")
     fetcher = _fetcher(r, [("a", 1)])
     got = fetcher.ack_and_fetch(ack=False)
@@ -80,7 +80,7 @@ def test_fetch_moves_the_oldest_job_into_the_inflight_list(r: redis.Redis[bytes]
     assert int(r.get(daily) or 0) == 2 and r.ttl(daily) > 157_000_000
 
 
-def test_strict_fetch_takes_queues_in_order(r: redis.Redis[bytes]) -> None:
+def test_strict_fetch_takes_queues_in_order(r: redis.Redis) -> None:
     r.lpush("queue:low", b"l")
     r.lpush("queue:high", b"h")
     fetcher = _fetcher(r, [("high", 1), ("low", 1)])
@@ -88,7 +88,7 @@ def test_strict_fetch_takes_queues_in_order(r: redis.Redis[bytes]) -> None:
     assert fetcher.ack_and_fetch(ack=True) == fetch.Fetched("low", b"l")
 
 
-def test_requeue_puts_the_job_back_at_the_front_unchanged(r: redis.Redis[bytes]) -> None:
+def test_requeue_puts_the_job_back_at_the_front_unchanged(r: redis.Redis) -> None:
     r.lpush("queue:a", b"held", b"next")
     r.sadd(keys.INFLIGHT_REGISTRY, "forkq:inflight:test:1")
     _fetcher(r, [("a", 1)]).ack_and_fetch(ack=False)
@@ -99,7 +99,7 @@ def test_requeue_puts_the_job_back_at_the_front_unchanged(r: redis.Redis[bytes])
     assert fetch.requeue(r, "forkq:inflight:test:1", unregister=True) is None
 
 
-def test_fail_files_retry_then_dead_and_counts(r: redis.Redis[bytes]) -> None:
+def test_fail_files_retry_then_dead_and_counts(r: redis.Redis) -> None:
     r.lpush("queue:a", b"x")
     _fetcher(r, [("a", 1)]).ack_and_fetch(ack=False)
     retry.file(r, "forkq:inflight:test:1", retry.Failure("retry", '{"jid":"1"}', 1e10))
@@ -114,7 +114,7 @@ def test_fail_files_retry_then_dead_and_counts(r: redis.Redis[bytes]) -> None:
     assert (int(r.get("stat:processed") or 0), int(r.get("stat:failed") or 0)) == (3, 3)
 
 
-def test_dead_set_is_trimmed_to_its_size(r: redis.Redis[bytes]) -> None:
+def test_dead_set_is_trimmed_to_its_size(r: redis.Redis) -> None:
     now = time.time()
     r.zadd("dead", {f"old{n}": now - 20_000 + n for n in range(keys.DEAD_MAX_JOBS)})
     retry.file(r, "forkq:inflight:test:1", retry.Failure("dead", "newest", now))

@@ -1,0 +1,78 @@
+"""The command line: bad configuration exits 78 naming setting and line; demo; bench; lint."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT, run_forkq
+
+BAD_CONFIGS = [
+    ("concurrency: [1\n", "forkq.yml:2:1: (syntax)"),
+    ("concurency: 5\n", "forkq.yml:1:1: concurency: unknown setting"),
+    ("concurrency: many\n", "forkq.yml:1:14: concurrency:"),
+    ("strict: maybe\n", "forkq.yml:1:9: strict:"),
+    ("queues:\n  - [critical, 3]\n  - [low, 0]\n", "forkq.yml:3:11: queues:"),
+    ("queues:\n  - [low, -2]\n", "forkq.yml:2:11: queues:"),
+    ("require: nosuch.module\n", "forkq.yml:1:10: require: cannot import 'nosuch.module'"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD_CONFIGS)
+def test_bad_configuration_exits_78_naming_setting_and_line(tmp_path: Path, text: str,
+                                                            message: str) -> None:
+    (tmp_path / "forkq.yml").write_text(text)
+    result = run_forkq("run", "-C", "forkq.yml", cwd=tmp_path, timeout=30)
+    assert result.returncode == 78, result.stderr
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unreadable_config_exits_78(tmp_path: Path) -> None:
+    result = run_forkq("-C", "missing.yml", cwd=tmp_path, timeout=30)
+    assert result.returncode == 78
+    assert "missing.yml" in result.stderr and "No such file" in result.stderr
+
+
+def test_bad_flag_exits_78(tmp_path: Path) -> None:
+    result = run_forkq("-c", "abc", cwd=tmp_path, timeout=30)
+    assert result.returncode == 78 and "concurrency" in result.stderr
+
+
+def test_demo_runs_the_example_jobs_on_an_embedded_server(tmp_path: Path) -> None:
+    result = run_forkq("demo", "-C", str(ROOT / "etc" / "forkq.yml"), cwd=tmp_path,
+                       timeout=90, env={"REDIS_URL": ""})
+    assert result.returncode == 0, result.stderr
+    assert "demo: 10 of 10 example jobs processed; daemon exited with 0" in result.stderr
+    assert "embedded server running at unix://" in result.stderr
+    assert (tmp_path / ".forkq" / "appendonlydir").is_dir()
+
+
+def test_bench_prints_its_figures() -> None:
+    result = run_forkq("bench", "-n", "2000", "-c", "2", "--latency-samples", "50", timeout=120)
+    assert result.returncode == 0, result.stderr
+    for figure in ("jobs/s", "round trips per job", "fetches per processor per second",
+                   "p50", "p99"):
+        assert figure in result.stdout, result.stdout
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    assert found, f"{name} is not installed: pip install -e '.[test]'"
+    return found
+
+
+def test_ruff_is_clean() -> None:
+    result = subprocess.run([_tool("ruff"), "check", "forkq", "tests"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_is_clean() -> None:
+    result = subprocess.run([_tool("mypy")], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
