@@ -28,7 +28,6 @@ import argparse
 import difflib
 import importlib
 import importlib.util
-import math
 import os
 import re
 import sys
@@ -37,13 +36,31 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
 from yaml.constructor import SafeConstructor
-from yaml.resolver import Resolver
 
 from forkq.errors import ConfigError
+from forkq.settingkinds import (
+    BOOL,
+    FLOAT,
+    INT,
+    LOG_LEVELS,
+    LOWER,
+    QUEUES,
+    STR,
+    STRING_OR_LIST,
+    STRINGS,
+    InvalidError,
+    Kind,
+    Text,
+    accept,
+    at_least,
+    check_queues,
+    check_redis_url,
+    not_empty,
+    one_of,
+)
 
 
 @dataclass(frozen=True)
@@ -70,180 +87,6 @@ class Config:
         return self.origins.get(name, "default")
 
 
-class _InvalidError(Exception):
-    """A value is wrong. ``path`` indexes nested YAML sequences down to the offending item."""
-
-    def __init__(self, problem: str, path: tuple[int, ...] = ()) -> None:
-        super().__init__(problem)
-        self.problem = problem
-        self.path = path
-
-
-class _Text(str):
-    """Text from a flag, an environment variable or ``${VAR}``, not yet typed by YAML."""
-
-
-# The stubs leave Resolver.resolve untyped; binding it here keeps the calls below type-checked.
-_resolve: Callable[..., str] = Resolver().resolve
-
-
-def _scalar(value: object) -> object:
-    """Type :class:`_Text` as a plain YAML scalar would be typed; other values pass through."""
-    if not isinstance(value, _Text):
-        return value
-    text = value.strip()
-    node = yaml.ScalarNode(_resolve(yaml.ScalarNode, text, (True, False)), text)
-    return SafeConstructor().construct_object(node)
-
-
-def _show(value: object) -> str:
-    """A bad value as a message shows it, in YAML's words."""
-    if isinstance(value, bool) or value is None:
-        return {True: "true", False: "false", None: "null"}[value]
-    if isinstance(value, list | dict):
-        return "a list" if isinstance(value, list) else "a mapping"
-    return repr(str(value)) if isinstance(value, str) else str(value)
-
-
-def _yaml_int(value: object) -> int:
-    value = _scalar(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _InvalidError(f"expected an integer, got {_show(value)}")
-    return value
-
-
-def _yaml_float(value: object) -> float:
-    number = _scalar(value)
-    if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number):
-        raise _InvalidError(f"expected a finite number, got {_show(number)}")
-    return float(number)
-
-
-def _yaml_bool(value: object) -> bool:
-    if isinstance(value, _Text) and value.strip() in ("1", "0"):  # 1/0: ints to YAML, bools in env
-        return value.strip() == "1"
-    value = _scalar(value)
-    if not isinstance(value, bool):
-        raise _InvalidError(f"expected true or false, got {_show(value)}")
-    return value
-
-
-def _yaml_str(value: object) -> str:
-    if not isinstance(value, str):
-        raise _InvalidError(f"expected a string, got {_show(value)}")
-    return str(value)
-
-
-def _yaml_strings(value: object, *, single: bool) -> tuple[str, ...]:
-    """A list of non-empty strings; a lone string too when ``single``."""
-    if single and isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list):
-        wanted = "a string or a list of strings" if single else "a list of strings"
-        raise _InvalidError(f"expected {wanted}, got {_show(value)}")
-    for index, item in enumerate(value):
-        if not isinstance(item, str) or not item:
-            raise _InvalidError(f"expected a non-empty string, got {_show(item)}", (index,))
-    return tuple(str(item) for item in value)
-
-
-def _queue(name: object, weight: object, index: int) -> tuple[str, int]:
-    """One queue: a name without spaces or commas, and a weight of at least 1."""
-    if not isinstance(name, str) or not name or re.search(r"[\s,]", name):
-        raise _InvalidError(f"expected a queue name without spaces or commas, got {_show(name)}",
-                            (index,))
-    try:
-        number = _yaml_int(weight)
-    except _InvalidError:
-        raise _InvalidError(f"queue {name!r}: weight must be an integer, got {_show(weight)}",
-                            (index, 1)) from None
-    if number < 1:
-        raise _InvalidError(f"queue {name!r}: weight must be at least 1, got {number}", (index, 1))
-    return str(name), number
-
-
-def _yaml_queues(value: object) -> tuple[tuple[str, int], ...]:
-    """Items ``name``, ``"name,weight"``, ``[name]`` or ``[name, weight]``; weight defaults to 1."""
-    if not isinstance(value, list):
-        raise _InvalidError(f"expected a list of queues, got {_show(value)}")
-    queues = []
-    for index, given in enumerate(value):
-        item = given
-        if isinstance(given, str):
-            name, comma, weight = given.partition(",")
-            item = [name.strip(), _Text(weight)] if comma else [given.strip()]
-        if not isinstance(item, list) or len(item) not in (1, 2):
-            wanted = "name, [name, weight] or 'name,weight'"
-            raise _InvalidError(f"expected {wanted}; got {_show(item)}", (index,))
-        queues.append(_queue(item[0], item[-1] if item[1:] else 1, index))
-    return tuple(queues)
-
-
-@dataclass(frozen=True)
-class Kind:
-    """How one type of value is read. ``read`` takes the parsed YAML value (flag and environment
-    text arrive as :class:`_Text`, lists split by ``split``) and returns the typed value."""
-
-    doc: str
-    read: Callable[[object], object]
-    split: Callable[[str], list[str]] | None = None
-
-
-def _commas(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
-
-
-INT = Kind("integer", _yaml_int)
-FLOAT = Kind("number", _yaml_float)
-BOOL = Kind("true/false", _yaml_bool)
-STR = Kind("string", _yaml_str)
-LOWER = Kind("string", lambda value: _yaml_str(value).strip().lower())
-STRINGS = Kind("list of strings", lambda value: _yaml_strings(value, single=False), _commas)
-STRING_OR_LIST = Kind("string or list", lambda value: _yaml_strings(value, single=True), _commas)
-QUEUES = Kind("list of name or [name, weight]", _yaml_queues,
-              lambda text: [item for item in re.split(r"[\s;]+", text) if item])
-LOG_LEVELS = ("debug", "info", "warning", "error")
-
-
-def _accept(value: Any) -> None:
-    """The check of a setting whose kind already says everything."""
-
-
-def _at_least(low: int) -> Callable[[Any], None]:
-    def check(value: Any) -> None:
-        if value < low:
-            raise _InvalidError(f"must be at least {low}, got {value}")
-
-    return check
-
-
-def _one_of(choices: Sequence[str]) -> Callable[[Any], None]:
-    def check(value: Any) -> None:
-        if value not in choices:
-            raise _InvalidError(f"expected one of {', '.join(choices)}; got {value!r}")
-
-    return check
-
-
-def _not_empty(value: Any) -> None:
-    if not value:
-        raise _InvalidError("must not be empty")
-
-
-def _check_queues(queues: Any) -> None:
-    _not_empty(queues)
-    names = [name for name, _ in queues]
-    for index, name in enumerate(names):
-        if name in names[:index]:
-            raise _InvalidError(f"duplicate queue {name!r}", (index,))
-
-
-def _check_redis_url(url: Any) -> None:
-    if url != "embedded" and urlsplit(url).scheme not in ("redis", "rediss", "unix"):
-        wanted = "'embedded' or a redis://, rediss:// or unix:// URL"
-        raise _InvalidError(f"expected {wanted}; got {url!r}")
-
-
 @dataclass(frozen=True)
 class Setting:
     """One setting: its type, check, documentation, flag and environment variable.
@@ -258,7 +101,7 @@ class Setting:
     doc: str
     env: str | None = None
     flags: tuple[str, ...] = ()
-    check: Callable[[Any], None] = _accept
+    check: Callable[[Any], None] = accept
     metavar: str | None = None
     repeat: bool = False
     in_file: bool = True
@@ -275,25 +118,25 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("concurrency", INT, "processor children", "FORKQ_CONCURRENCY", ("-c", "--concurrency"),
-            _at_least(1), "N"),
+            at_least(1), "N"),
     Setting("timeout", FLOAT, "graceful-stop deadline, seconds", "FORKQ_TIMEOUT",
-            ("-t", "--timeout"), _at_least(0), "SECONDS"),
+            ("-t", "--timeout"), at_least(0), "SECONDS"),
     Setting("queues", QUEUES, "queues and weights; weight 3 is tried 3 times as often as weight 1",
-            "FORKQ_QUEUES", ("-q", "--queue"), _check_queues, "NAME[,WEIGHT]", repeat=True),
+            "FORKQ_QUEUES", ("-q", "--queue"), check_queues, "NAME[,WEIGHT]", repeat=True),
     Setting("strict", BOOL, "strict priority order, never weights (default: if all weights are 1)",
             "FORKQ_STRICT"),
     Setting("require", STRING_OR_LIST, "modules or .py files the master imports before forking",
             "FORKQ_REQUIRE", ("-r", "--require"), metavar="MODULE|FILE", repeat=True),
     Setting("redis_url", STR, "redis://, rediss://, unix:// URL or 'embedded'; else REDIS_URL",
-            "FORKQ_REDIS_URL", ("--redis-url",), _check_redis_url, "URL"),
+            "FORKQ_REDIS_URL", ("--redis-url",), check_redis_url, "URL"),
     Setting("tag", STR, "tag shown in process titles", "FORKQ_TAG", ("-g", "--tag"), metavar="TAG"),
     Setting("labels", STRINGS, "labels shown with the process", "FORKQ_LABELS"),
     Setting("max_retries", INT, "attempts for jobs with retry: true", "FORKQ_MAX_RETRIES",
-            check=_at_least(0)),
+            check=at_least(0)),
     Setting("embedded_dir", STR, "data directory of the embedded server (redis_url: embedded)",
-            "FORKQ_EMBEDDED_DIR", check=_not_empty),
+            "FORKQ_EMBEDDED_DIR", check=not_empty),
     Setting("log_level", LOWER, " | ".join(LOG_LEVELS), "FORKQ_LOG_LEVEL", ("-L", "--log-level"),
-            _one_of(LOG_LEVELS), "LEVEL"),
+            one_of(LOG_LEVELS), "LEVEL"),
     Setting("environment", STR, "environment section of the YAML to apply", "FORKQ_ENV",
             ("-e", "--environment"), metavar="ENV", in_file=False),
     Setting("config_file", STR, "YAML config file", "FORKQ_CONFIG", ("-C", "--config"),
@@ -356,11 +199,11 @@ def _build(layers: Sequence[_Layer]) -> Config:
 
 def _from_texts(setting: Setting, texts: list[str], where: str) -> object:
     split = setting.kind.split
-    raw = [_Text(item) for text in texts for item in split(text)] if split else _Text(texts[0])
+    raw = [Text(item) for text in texts for item in split(text)] if split else Text(texts[0])
     try:
         value = setting.kind.read(raw)
         setting.check(value)
-    except _InvalidError as exc:
+    except InvalidError as exc:
         raise ConfigError(f"{where}: {setting.name}: {exc.problem}") from None
     return value
 
@@ -485,7 +328,7 @@ def _file_value(file: _File, name: str, node: yaml.Node) -> object:
     try:
         value = setting.kind.read(_construct(file, name, node))
         setting.check(value)
-    except _InvalidError as exc:
+    except InvalidError as exc:
         raise file.error(_locate(node, exc.path), name, exc.problem) from None
     return value
 
@@ -499,12 +342,12 @@ def _construct(file: _File, name: str, node: yaml.Node) -> object:
     try:
         value = file.constructor.construct_object(node)
         if isinstance(value, str) and "${" in value:
-            return _Text(_interpolate(value, file.environ))
+            return Text(_interpolate(value, file.environ))
     except yaml.MarkedYAMLError as exc:  # an explicit tag such as !!binary that does not fit
         raise file.error(node, name, str(exc.problem)) from None
     except ValueError as exc:  # a timestamp-looking scalar that is no date, e.g. 2024-13-45
         raise file.error(node, name, f"cannot read the value: {exc}") from None
-    except _InvalidError as exc:
+    except InvalidError as exc:
         raise file.error(node, name, exc.problem) from None
     return value
 
@@ -518,11 +361,11 @@ def _interpolate(text: str, environ: Mapping[str, str]) -> str:
     def replace(match: re.Match[str]) -> str:
         var, default = match.group(1), match.group(2)
         if var is None:
-            raise _InvalidError(f"bad reference in {text!r}; write ${{VAR}} or ${{VAR:-default}}")
+            raise InvalidError(f"bad reference in {text!r}; write ${{VAR}} or ${{VAR:-default}}")
         if environ.get(var) or (var in environ and default is None):
             return environ[var]
         if default is None:
-            raise _InvalidError(f"environment variable {var} is not set")
+            raise InvalidError(f"environment variable {var} is not set")
         return default[2:]
 
     return _REFERENCE.sub(replace, text)
