@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 
+import redis
+
 from forkq import examples, keys
 from forkq.client import Client
 from forkq.config import Config
@@ -42,5 +44,5 @@ def run(config: Config) -> int:
     return EXIT_OK if done and status == 0 else EXIT_FAILURE
 
 
-def _processed(redis_client: object) -> int:
-    return int(redis_client.get(keys.STAT_PROCESSED) or 0)  # type: ignore[attr-defined]
+def _processed(redis_client: redis.Redis) -> int:
+    return int(redis_client.get(keys.STAT_PROCESSED) or 0)

@@ -115,19 +115,23 @@ class Processor:
             rng=self._rng,
         )
         self._watch = QueueWatch(self.redis)
+        self._registered = False
         self._title("idle")
-        self._guarded(self._register)
         hooks.run("child_boot")
 
     def _register(self) -> None:
+        """Before the first fetch: list our in-flight key in the registry, arm the queue watch."""
         self.redis.sadd(keys.INFLIGHT_REGISTRY, self.inflight_key)
         self._watch.open()
+        self._registered = True
 
     def loop_once(self) -> None:
         """One turn: settle the last job and fetch the next in one round trip; run it or wait."""
         self._check_signals()
         if self.stopping:
             return
+        if not self._registered:
+            self._register()
         fetched = self._settle(fetch=True)
         if fetched is None:
             if self._watch.wait(IDLE_WAIT, self._pipe.fd):

@@ -20,6 +20,8 @@ import logging
 import select
 from typing import Any
 
+import redis
+
 log = logging.getLogger(__name__)
 
 POLL_INTERVAL = 0.5
@@ -36,7 +38,8 @@ class QueueWatch:
         self._refused = False
 
     def open(self) -> None:
-        """Arm the watch now (before the first fetch); failures fall back to polling."""
+        """Arm the watch (before the first fetch). A server that refuses tracking switches
+        this watch to polling for good; a connection error propagates (redis.RedisError)."""
         if self._conn is not None or self._refused:
             return
         conn = self._pool.make_connection()
@@ -50,12 +53,14 @@ class QueueWatch:
             conn.read_response()
             conn.send_command("SUBSCRIBE", CHANNEL)
             conn.read_response()
-        except Exception as exc:
+        except redis.ResponseError as exc:
             conn.disconnect()
-            if "ERR" in str(exc) or "NOPERM" in str(exc):
-                self._refused = True
-                log.warning("queue watch unavailable (%s); idle processors poll every %.1fs",
-                            exc, POLL_INTERVAL)
+            self._refused = True
+            log.warning("queue watch refused by the server (%s); idle processors poll every "
+                        "%.1fs", exc, POLL_INTERVAL)
+            return
+        except BaseException:
+            conn.disconnect()
             raise
         self._conn = conn
 

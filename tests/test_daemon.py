@@ -215,3 +215,18 @@ def test_payloads_never_import_or_call_by_name(r: redis.Redis, daemon: Any,
         assert any(problem in e for e in errors), (problem, errors)
     stand_ins = [d for d in dead if d["class"] == "forkq.Unrunnable"]
     assert sorted(d["raw"] for d in stand_ins) == ["[1, 2]", "not json"]
+
+
+def test_idle_children_poll_when_the_server_refuses_tracking(r: redis.Redis, daemon: Any,
+                                                              server: Any) -> None:
+    r.execute_command("ACL", "SETUSER", "limited", "on", ">secret", "~*", "&*", "+@all",
+                      "-client|tracking")
+    d = daemon("concurrency: 1\nrequire: jobs\n",
+               redis_url=f"unix://limited:secret@{server.socket}")
+    try:
+        until(lambda: "queue watch refused" in d.log())
+        Client(r).push({"class": "Record", "args": ["polled"]})
+        until(lambda: r.llen("test:ran") == 1, 5)
+    finally:
+        d.stop(timeout=10)
+        r.execute_command("ACL", "DELUSER", "limited")
