@@ -72,6 +72,8 @@ def _shortest_digits(value: float) -> tuple[str, int]:
 
 def _encode(value: Any, out: list[str], path: str) -> None:
     if isinstance(value, str):
+        if not value.isascii():
+            _check_utf8(value, path)
         out.append(_encode_str(value))
     elif value is None:
         out.append("null")
@@ -92,6 +94,13 @@ def _encode(value: Any, out: list[str], path: str) -> None:
             f"{path}: {type(value).__name__} is not JSON-native; "
             "pass str, int, float, bool, None, list or dict"
         )
+
+
+def _check_utf8(value: str, path: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise TypeError(f"{path}: string is not valid UTF-8 ({exc.reason})") from None
 
 
 def _encode_object(value: dict[Any, Any], out: list[str], path: str) -> None:

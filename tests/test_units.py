@@ -46,6 +46,8 @@ def test_non_json_arguments_are_refused_with_their_path() -> None:
         wirejson.dumps({"args": [1, {2}]})
     with pytest.raises(ValueError):
         wirejson.dumps([float("nan")])
+    with pytest.raises(TypeError, match=r"\$\[0\]: string is not valid UTF-8"):
+        wirejson.dumps(["\ud800"])
 
 
 def test_epoch_timestamps_stay_decimal() -> None:
