@@ -25,8 +25,8 @@ from typing import Any
 
 import redis
 
+from forkq import benchsidekiq, hooks, keys, registry
 from forkq import client as clients
-from forkq import hooks, keys, registry
 from forkq.daemon import DaemonProcess, wait_for
 from forkq.embedded import EmbeddedServer
 from forkq.processor import MIDDLEWARE, JobContext
@@ -58,7 +58,8 @@ MIDDLEWARE.add(_record_latency)
 hooks.on_child_exit(_flush_latencies)
 
 
-def run(*, jobs: int, concurrency: int, latency_samples: int, redis_url: str | None) -> int:
+def run(*, jobs: int, concurrency: int, latency_samples: int, redis_url: str | None,
+        sidekiq: bool = False) -> int:
     """Run the benchmark and print its figures; the exit status."""
     with tempfile.TemporaryDirectory(prefix="forkq-bench-") as tmp:
         server = None
@@ -67,8 +68,13 @@ def run(*, jobs: int, concurrency: int, latency_samples: int, redis_url: str | N
             server.start()
             redis_url = server.url
         try:
-            return _measure(tmp, redis_url, jobs, concurrency, latency_samples,
-                            embedded=server is not None)
+            status = _measure(tmp, redis_url, jobs, concurrency, latency_samples,
+                              embedded=server is not None)
+            if sidekiq and status == 0:
+                benchsidekiq.run(redis.Redis.from_url(redis_url, protocol=2), redis_url,
+                                 jobs=jobs, concurrency=concurrency,
+                                 log_path=os.path.join(tmp, "sidekiq.log"))
+            return status
         finally:
             if server is not None:
                 server.stop()

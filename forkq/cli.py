@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("-c", "--concurrency", type=int, default=4, help="processor children")
     bench.add_argument("--latency-samples", type=int, default=200,
                        help="single pushes to an idle daemon for the latency figures")
+    bench.add_argument("--sidekiq", action="store_true",
+                       help="also run the jobs through Ruby's Sidekiq (ruby-sidekiq) to compare")
     bench.add_argument("--redis-url", default=None,
                        help="use this server (default: a private throwaway server)")
     bench.set_defaults(func=_bench)
@@ -84,4 +86,5 @@ def _bench(args: argparse.Namespace) -> int:
     from forkq import bench
 
     return bench.run(jobs=args.jobs, concurrency=args.concurrency,
-                     latency_samples=args.latency_samples, redis_url=args.redis_url)
+                     latency_samples=args.latency_samples, redis_url=args.redis_url,
+                     sidekiq=args.sidekiq)

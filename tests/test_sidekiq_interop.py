@@ -36,7 +36,7 @@ from forkq import retry as retries
 from forkq import wirejson
 from forkq.embedded import EmbeddedServer
 
-from .conftest import until
+from .conftest import run_forkq, until
 
 pytestmark = pytest.mark.ruby
 
@@ -326,3 +326,11 @@ def test_sidekiq_reschedule_moves_forkq_retry(server: EmbeddedServer,
     raw, score = entries[0]
     assert raw.decode() == member
     assert abs(score - target) < 0.01, f"score {score!r}, expected about {target!r}"
+
+
+def test_bench_runs_side_by_side_with_sidekiq() -> None:
+    _need_ruby()
+    result = run_forkq("bench", "-n", "1000", "-c", "2", "--latency-samples", "20", "--sidekiq",
+                       timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert "jobs/s" in result.stdout and "sidekiq 2 threads: 1000 jobs in" in result.stdout
