@@ -58,13 +58,10 @@ class Client:
         ``at``, ``jid`` and any other key (kept in the payload). Returns the jid, or None
         when a client middleware stopped the push."""
         now = time.time()
-        at = _at(item.get("at"))
         payload = self._prepare(item, now)
         if payload is None:
             return None
-        pipe = self.redis.pipeline(transaction=False)
-        _add(pipe, payload, at, now)
-        pipe.execute()
+        self._send([(payload, _at(item.get("at")))], now)
         return str(payload["jid"])
 
     def push_bulk(self, item: Mapping[str, Any]) -> list[str]:
@@ -78,15 +75,25 @@ class Client:
         if isinstance(ats, Sequence) and len(ats) != len(arg_lists):
             raise ValueError("push_bulk: 'at' must have one entry per job")
         now = time.time()
+        jobs: list[tuple[payloads.Payload, float | None]] = []
+        for index, args in enumerate(arg_lists):
+            payload = self._prepare({**item, "args": args}, now)
+            if payload is not None:
+                jobs.append((payload, _at(ats[index] if isinstance(ats, Sequence) else ats)))
+        self._send(jobs, now)
+        return [str(payload["jid"]) for payload, _ in jobs]
+
+    def _prepare(self, item: Mapping[str, Any], now: float) -> payloads.Payload | None:
+        payload = _normalize(item, now)
+        return self.middleware.run(payload, lambda: payload)
+
+    def _send(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> None:
+        """One pipeline: ZADD the future jobs; SADD + one LPUSH per queue for the rest."""
+        if not jobs:
+            return
         pipe = self.redis.pipeline(transaction=False)
         immediate: dict[str, list[str]] = {}
-        jids: list[str] = []
-        for index, args in enumerate(arg_lists):
-            at = _at(ats[index] if isinstance(ats, Sequence) else ats)
-            payload = self._prepare({**item, "args": args}, now)
-            if payload is None:
-                continue
-            jids.append(str(payload["jid"]))
+        for payload, at in jobs:
             if at is not None and at > now:
                 pipe.zadd(keys.SCHEDULE, {payloads.encode(payload): at})
             else:
@@ -95,22 +102,7 @@ class Client:
         for queue, encoded in immediate.items():
             pipe.sadd(keys.QUEUES, queue)
             pipe.lpush(keys.queue(queue), *encoded)
-        if jids:
-            pipe.execute()
-        return jids
-
-    def _prepare(self, item: Mapping[str, Any], now: float) -> payloads.Payload | None:
-        payload = _normalize(item, now)
-        return self.middleware.run(payload, lambda: payload)
-
-
-def _add(pipe: Any, payload: payloads.Payload, at: float | None, now: float) -> None:
-    if at is not None and at > now:
-        pipe.zadd(keys.SCHEDULE, {payloads.encode(payload): at})
-        return
-    payload["enqueued_at"] = now
-    pipe.sadd(keys.QUEUES, payload["queue"])
-    pipe.lpush(keys.queue(payload["queue"]), payloads.encode(payload))
+        pipe.execute()
 
 
 def _normalize(item: Mapping[str, Any], now: float) -> payloads.Payload:

@@ -20,7 +20,7 @@ import os
 import random
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -54,7 +54,6 @@ class JobContext:
     queue: str
     payload: payloads.Payload
     args: list[Any]
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 ServerChain = Chain[JobContext, Any]
