@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import time
 from importlib import resources
@@ -19,7 +18,7 @@ from importlib import resources
 import redis
 
 from forkq import client as clients
-from forkq.daemon import wait_for
+from forkq.daemon import terminate, wait_for
 from forkq.errors import ForkqError
 
 QUEUE = "forkq-bench-rb"
@@ -41,12 +40,7 @@ def run(r: redis.Redis, url: str, *, jobs: int, concurrency: int, log_path: str)
         try:
             _measure(r, jobs, concurrency)
         finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            terminate(process, 15)
 
 
 def _measure(r: redis.Redis, jobs: int, concurrency: int) -> None:

@@ -55,13 +55,18 @@ class DaemonProcess:
         """TERM, wait up to ``timeout``, then KILL; the exit status (None if never started)."""
         if self.process is None:
             return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                return self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        return self.process.wait()
+        return terminate(self.process, timeout)
+
+
+def terminate(process: subprocess.Popen[bytes], timeout: float) -> int:
+    """Stop ``process`` by its pid: TERM, wait up to ``timeout``, then KILL; its exit status."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            return process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return process.wait()
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:

@@ -17,13 +17,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import signal
 import subprocess
 import time
 
 import redis
 
 from forkq.connection import SOCKET_NAME
+from forkq.daemon import terminate
 from forkq.errors import ForkqError
 
 SOCKET_PATH_LIMIT = 107
@@ -109,15 +109,8 @@ class EmbeddedServer:
 
     def stop(self, timeout: float = 10.0) -> None:
         """TERM (the server flushes its append-only file), then KILL after ``timeout``."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            terminate(self.process, timeout)
         self.process = None
 
 

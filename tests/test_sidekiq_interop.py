@@ -19,7 +19,6 @@ import math
 import os
 import random
 import shutil
-import signal
 import struct
 import subprocess
 import time
@@ -34,6 +33,7 @@ import forkq
 from forkq import payload as payloads
 from forkq import retry as retries
 from forkq import wirejson
+from forkq.daemon import terminate
 from forkq.embedded import EmbeddedServer
 
 from .conftest import run_forkq, until
@@ -128,13 +128,7 @@ def sidekiq(server: EmbeddedServer, tmp_path: Path) -> Iterator[Callable[..., An
 
     yield start
     for proc, log_file in started:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate(proc, 15)
         log_file.close()
 
 
