@@ -70,9 +70,10 @@ def _run(args: argparse.Namespace) -> int:
     from forkq.supervisor import Supervisor
 
     settings = config.load(args, os.environ)
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, settings.log_file)
     config.import_required(settings)
-    return Supervisor(settings, registry=REGISTRY, middleware=MIDDLEWARE).run()
+    return Supervisor(settings, registry=REGISTRY, middleware=MIDDLEWARE,
+                      reload=lambda: config.load(args, os.environ)).run()
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -78,6 +78,12 @@ class Config:
     max_retries: int = 25
     embedded_dir: str = ".forkq"
     log_level: str = "info"
+    job_timeout: float = 0.0
+    liveness_timeout: float = 30.0
+    max_memory_mb: int = 0
+    max_jobs: int = 0
+    log_file: str = ""
+    pid_file: str = ""
     environment: str = ""
     config_file: str | None = None
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -137,6 +143,18 @@ SETTINGS: tuple[Setting, ...] = (
             "FORKQ_EMBEDDED_DIR", check=not_empty),
     Setting("log_level", LOWER, " | ".join(LOG_LEVELS), "FORKQ_LOG_LEVEL", ("-L", "--log-level"),
             one_of(LOG_LEVELS), "LEVEL"),
+    Setting("job_timeout", FLOAT, "hard limit on one job's run time, seconds; 0 = none",
+            "FORKQ_JOB_TIMEOUT", check=at_least(0)),
+    Setting("liveness_timeout", FLOAT, "cull a processor whose heartbeat is older, seconds",
+            "FORKQ_LIVENESS_TIMEOUT", check=at_least(3)),
+    Setting("max_memory_mb", INT, "recycle a processor above this RSS after its job; 0 = none",
+            "FORKQ_MAX_MEMORY_MB", check=at_least(0)),
+    Setting("max_jobs", INT, "recycle a processor after this many jobs; 0 = none",
+            "FORKQ_MAX_JOBS", check=at_least(0)),
+    Setting("log_file", STR, "append log lines to this file (reopened on USR2); default stderr",
+            "FORKQ_LOG_FILE", ("--logfile",), metavar="PATH"),
+    Setting("pid_file", STR, "write the master's pid to this file", "FORKQ_PID_FILE",
+            ("-P", "--pidfile"), metavar="PATH"),
     Setting("environment", STR, "environment section of the YAML to apply", "FORKQ_ENV",
             ("-e", "--environment"), metavar="ENV", in_file=False),
     Setting("config_file", STR, "YAML config file", "FORKQ_CONFIG", ("-C", "--config"),

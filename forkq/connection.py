@@ -32,10 +32,17 @@ def resolve_url(url: str, *, embedded_dir: str = ".forkq") -> str:
     return url
 
 
-def connect(url: str, *, embedded_dir: str = ".forkq") -> redis.Redis:
-    """A client for ``url`` speaking RESP2, answering bytes, with a 5 s connect timeout."""
+def connect(
+    url: str, *, embedded_dir: str = ".forkq", socket_timeout: float | None = None
+) -> redis.Redis:
+    """A client for ``url`` speaking RESP2, answering bytes, with a 5 s connect timeout.
+
+    ``socket_timeout`` bounds every reply; callers that must never hang (the
+    master, heartbeat threads) set it.
+    """
     resolved = resolve_url(url, embedded_dir=embedded_dir)
     tcp = {} if resolved.startswith("unix:") else {"socket_keepalive": True}
     return redis.Redis.from_url(
-        resolved, protocol=2, socket_connect_timeout=5, decode_responses=False, **tcp
+        resolved, protocol=2, socket_connect_timeout=5, socket_timeout=socket_timeout,
+        decode_responses=False, **tcp
     )

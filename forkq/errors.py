@@ -10,7 +10,8 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_CONFIG = 78  # EX_CONFIG: bad configuration; do not restart
-EXIT_CHILD_BOOT = 79  # a processor child could not set itself up after fork
+EXIT_CHILD_BOOT = 79  # a processor child could not set itself up after fork; the master
+# exits with it too when its children failed to boot too many times in a row
 
 
 class ForkqError(Exception):
@@ -34,3 +35,15 @@ class UnknownJobError(JobError):
 
 class MalformedJobError(JobError):
     """The payload is not a JSON object with a string ``class`` and a list ``args``."""
+
+
+class JobTimeoutError(ForkqError):
+    """The job ran past its ``job_timeout``; its processor was killed. The job is retried."""
+
+
+class JobKilledError(ForkqError):
+    """The job's processor died under it too many times; the job goes to the dead set."""
+
+
+# Their ``error_class`` in retry and dead entries reads ``forkq.JobTimeoutError``.
+JobTimeoutError.__module__ = JobKilledError.__module__ = "forkq"

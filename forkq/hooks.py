@@ -1,9 +1,12 @@
 """Lifecycle hooks the application registers at import time.
 
 ``on_child_boot(fn)``: called in each processor child after its setup, before
-its first fetch. ``on_child_exit(fn)``: called in a child that stops normally
-(quiet stop, recycling), after its last job; not after a SIGKILL. Hooks take no
-arguments; an exception in one is logged and does not stop the others.
+its first fetch; an exception in one is a boot failure (the child exits, the
+master respawns it with backoff and gives up after repeated failures).
+
+``on_child_exit(fn)``: called in a child that stops normally (quiet stop,
+recycling), after its last job; not after a SIGKILL. An exception in one is
+logged and does not stop the others. Hooks take no arguments.
 """
 
 from __future__ import annotations
@@ -30,10 +33,12 @@ def on_child_exit(fn: Hook) -> Hook:
     return fn
 
 
-def run(event: str) -> None:
-    """Run the hooks of ``event`` in registration order."""
+def run(event: str, *, strict: bool = False) -> None:
+    """Run the hooks of ``event`` in registration order; ``strict``: the first exception stops."""
     for fn in _hooks[event]:
         try:
             fn()
         except Exception:
+            if strict:
+                raise
             log.exception("%s hook %r failed", event, fn)

@@ -13,6 +13,15 @@ Each entry: key — type, TTL — owner and content.
 - ``stat:processed``, ``stat:failed`` — string, no TTL — all-time counters
   (failures count as processed too).
 - ``stat:<x>:YYYY-MM-DD`` — string, 5 years — daily counters, UTC date.
+- ``processes`` — set, no TTL — identities of live daemons; the master adds its own
+  every beat and removes it on a clean exit.
+- ``<identity>`` — hash, 60 s — the master's process record: ``info`` (JSON),
+  ``busy``, ``beat``, ``quiet``, ``rss``, ``rtt_us``, ``concurrency``; rewritten every beat.
+- ``<identity>:workers`` and ``<identity>:work`` — hash, 60 s — busy processors:
+  child pid → ``{"queue", "payload" (the raw job string), "run_at" (int)}``; the
+  master deletes and rewrites both every beat (6.x reads ``:workers``, 7+ ``:work``).
+- ``<identity>-signals`` — list, 60 s — remote signals (``TSTP``, ``TERM``, ``TTIN``)
+  pushed by Sidekiq's API / Web UI; the master pops one per beat.
 
 forkq's own keys:
 
@@ -21,6 +30,11 @@ forkq's own keys:
   by the ack, by failure filing, or by the requeue once the child is gone.
 - ``forkq:inflight`` — set, no TTL — registry of in-flight lists (a child adds its
   own at boot; the requeue removes it), so recovery never SCANs the keyspace.
+- ``forkq:beats:<identity>`` — hash, 60 s — each child's own heartbeat: child pid →
+  JSON ``{"at", "seq", "job"}``, written by the child every couple of seconds; the
+  master reads it to fill ``:workers``, cull stale children and enforce job timeouts.
+- ``forkq:kills:<jid>`` — string, 7 days — how many processors died while running
+  this job; at 3 the job goes to the dead set instead of back to its queue.
 
 The identity is Sidekiq's ``<hostname>:<master pid>:<12 hex>``.
 """
@@ -37,7 +51,10 @@ STAT_PROCESSED = "stat:processed"
 STAT_FAILED = "stat:failed"
 INFLIGHT_REGISTRY = "forkq:inflight"
 
+PROCESSES = "processes"
 QUEUE_PREFIX = "queue:"
+KILLS_TTL = 7 * 24 * 3600
+PROCESS_TTL = 60
 DAILY_STAT_TTL = 157_680_000  # 5 x 365 days, as Sidekiq
 DEAD_MAX_JOBS = 10_000
 DEAD_TIMEOUT = 180 * 24 * 3600
@@ -66,3 +83,23 @@ def utc_date(now: float | None = None) -> str:
 def daily(stat: str, date: str) -> str:
     """``stat:processed:2026-11-21`` from ``stat:processed`` and a date."""
     return f"{stat}:{date}"
+
+
+def workers(identity: str) -> tuple[str, str]:
+    """The busy-processor hashes of a process: Sidekiq 6's ``:workers`` and 7+'s ``:work``."""
+    return f"{identity}:workers", f"{identity}:work"
+
+
+def signals(identity: str) -> str:
+    """The remote-signal list of a process."""
+    return f"{identity}-signals"
+
+
+def beats(identity: str) -> str:
+    """The hash where the children of a process write their heartbeats."""
+    return f"forkq:beats:{identity}"
+
+
+def kills(jid: str) -> str:
+    """How many processors died running job ``jid``."""
+    return f"forkq:kills:{jid}"

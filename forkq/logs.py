@@ -2,7 +2,8 @@
 
 Format: ``2026-11-21T06:27:00.123Z pid=4242 processor-1 INFO: message``. Under
 journald (``JOURNAL_STREAM`` set) the timestamp is left out, as journald adds
-its own. The role is per process: ``master``, ``processor-<slot>``.
+its own. The role is per process: ``master``, ``processor-<slot>``. With a log
+file, every process appends to it; USR2 makes each reopen it (:func:`reopen`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import logging
 import os
 import sys
 import time
+import traceback
+from types import FrameType
 
 _role = "master"
 
@@ -27,11 +30,16 @@ class _Formatter(logging.Formatter):
         return f"{stamp}.{int(record.msecs):03d}Z"
 
 
-def configure(level: str = "info") -> None:
-    """Send forkq's log lines to stderr at ``level`` (debug, info, warning, error)."""
-    journald = bool(os.environ.get("JOURNAL_STREAM"))
+def configure(level: str = "info", path: str = "") -> None:
+    """Send forkq's log lines to ``path`` (appending), else stderr, at ``level``.
+
+    No timestamp when writing to stderr under journald (``JOURNAL_STREAM`` set).
+    """
+    journald = bool(os.environ.get("JOURNAL_STREAM")) and not path
     fmt = "pid=%(process)d %(role)s %(levelname)s: %(message)s"
-    handler = logging.StreamHandler(sys.stderr)
+    handler: logging.Handler = (
+        logging.FileHandler(path, encoding="utf-8") if path else logging.StreamHandler(sys.stderr)
+    )
     handler.setFormatter(_Formatter(fmt if journald else "%(asctime)s " + fmt))
     handler.addFilter(_RoleFilter())
     root = logging.getLogger()
@@ -43,3 +51,22 @@ def set_role(role: str) -> None:
     """Name this process's role in every following log line (called after fork)."""
     global _role
     _role = role
+
+
+def reopen() -> None:
+    """USR2: reopen the log file (after logrotate moved it); a no-op when logging to stderr."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.acquire()
+            try:
+                handler.close()
+                handler.stream = handler._open()
+            finally:
+                handler.release()
+
+
+def stack(frame: FrameType | None) -> str:
+    """A thread's stack, outermost call first, as indented lines (for TTIN dumps)."""
+    if frame is None:
+        return "    (no frame)"
+    return "".join(traceback.format_stack(frame)).rstrip("\n")

@@ -8,13 +8,24 @@ job), filed as a failure, or requeued by the master after this child is gone.
 Signals: the child ignores INT, TERM, TSTP and HUP (they reach it when sent to
 the whole process group: a terminal's Ctrl-C, systemd's control-group kill);
 only the master stops it, with USR1 = "finish the current job, then exit". A
-child whose master has died stops the same way. A Redis outage is logged once,
-waited out with backoff, and its recovery logged once; a finished job's
-acknowledgement is kept until it succeeds.
+child whose master has died stops the same way. TTIN (stack dump) and USR2
+(reopen the log file) are served by the heartbeat thread (:mod:`forkq.childbeat`).
+A Redis outage is logged once, waited out with backoff, and its recovery logged
+once; a finished job's acknowledgement is kept until it succeeds.
+
+Boot report: the child writes ``ready`` to ``report_fd`` after its first
+successful registration in Redis, or ``error <reason>`` if its setup failed (it
+then exits with :data:`~forkq.errors.EXIT_CHILD_BOOT`). The master counts boot
+failures and tells systemd READY from these.
+
+Recycling: after ``max_jobs`` jobs, or once its RSS (checked at most once a
+second, between jobs) exceeds ``max_memory_mb``, the child exits 0 after its
+current job and the master forks a fresh one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -23,15 +34,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
 import redis
 from setproctitle import setproctitle
 
 from forkq import __version__, hooks, keys, logs, retry
 from forkq import client as clients
 from forkq import payload as payloads
+from forkq.childbeat import ChildBeat
 from forkq.config import Config
 from forkq.connection import connect
-from forkq.errors import JobError
+from forkq.errors import EXIT_CHILD_BOOT, JobError
 from forkq.fetch import Fetched, Fetcher
 from forkq.middleware import Chain
 from forkq.queuewatch import QueueWatch
@@ -43,6 +56,7 @@ log = logging.getLogger(__name__)
 IDLE_WAIT = 2.0
 IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGHUP)
 STOP_SIGNAL = signal.SIGUSR1
+MEMORY_CHECK_INTERVAL = 1.0
 
 
 @dataclass
@@ -73,8 +87,10 @@ class Processor:
         slot: int,
         registry: Registry,
         middleware: ServerChain,
+        report_fd: int | None = None,
     ) -> None:
         self.config = config
+        self.report_fd = report_fd
         self.identity = identity
         self.slot = slot
         self.registry = registry
@@ -83,17 +99,34 @@ class Processor:
         self._ack_pending = False
         self._failure: retry.Failure | None = None
         self._outage_since: float | None = None
+        self._jobs_done = 0
+        self._memory_checked = 0.0
 
     def run(self) -> int:
         """Set up, loop until told to stop, settle the last job; the exit code."""
-        self._setup()
+        try:
+            self._setup()
+        except Exception as exc:
+            log.exception("processor-%d failed to boot", self.slot)
+            self._report(f"error {type(exc).__name__}: {exc}")
+            return EXIT_CHILD_BOOT
         while not self.stopping:
             self._guarded(self.loop_once)
         while self._ack_pending or self._failure is not None:
             self._guarded(lambda: self._settle(fetch=False))
         hooks.run("child_exit")
+        self._beat.stop()
         self._watch.close()
         return 0
+
+    def _report(self, message: str) -> None:
+        """Tell the master how the boot went (once), then close the report pipe."""
+        if self.report_fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.write(self.report_fd, message.encode("utf-8", "replace")[:4000] + b"\n")
+        os.close(self.report_fd)
+        self.report_fd = None
 
     def _setup(self) -> None:
         self.master_pid = os.getppid()
@@ -116,13 +149,19 @@ class Processor:
         self._watch = QueueWatch(self.redis)
         self._registered = False
         self._title("idle")
-        hooks.run("child_boot")
+        self._beat = ChildBeat(
+            connect(self.config.redis_url, embedded_dir=self.config.embedded_dir,
+                    socket_timeout=5),
+            self.identity, os.getpid())
+        self._beat.start()
+        hooks.run("child_boot", strict=True)
 
     def _register(self) -> None:
         """Before the first fetch: list our in-flight key in the registry, arm the queue watch."""
         self.redis.sadd(keys.INFLIGHT_REGISTRY, self.inflight_key)
         self._watch.open()
         self._registered = True
+        self._report("ready")
 
     def loop_once(self) -> None:
         """One turn: settle the last job and fetch the next in one round trip; run it or wait."""
@@ -161,6 +200,9 @@ class Processor:
                              payload["args"])
         self._title(f"busy {context.name} jid={context.jid}")
         log.info("%s jid=%s start", context.name, context.jid)
+        self._beat.job = {"queue": fetched.queue, "payload": fetched.raw.decode("utf-8", "replace"),
+                          "run_at": int(now), "started": now, "class": context.name,
+                          "jid": context.jid, "timeout": _timeout_of(payload)}
         started = time.monotonic()
         try:
             self.middleware.run(context, lambda: spec.call(payload))
@@ -175,7 +217,26 @@ class Processor:
             self._ack_pending = True
             log.info("%s jid=%s done: %.3f sec", context.name, context.jid,
                      time.monotonic() - started)
+        self._beat.job = None
         self._title("idle")
+        self._jobs_done += 1
+        self._check_recycle()
+
+    def _check_recycle(self) -> None:
+        """Between jobs: stop after ``max_jobs`` jobs or above ``max_memory_mb``."""
+        if self.config.max_jobs and self._jobs_done >= self.config.max_jobs:
+            log.info("recycling after %d jobs (max_jobs)", self._jobs_done)
+            self.stopping = True
+            return
+        now = time.monotonic()
+        if not self.config.max_memory_mb or now - self._memory_checked < MEMORY_CHECK_INTERVAL:
+            return
+        self._memory_checked = now
+        rss_mb = psutil.Process().memory_info().rss / 2**20
+        if rss_mb > self.config.max_memory_mb:
+            log.info("recycling at %.0f MB RSS (max_memory_mb %d)", rss_mb,
+                     self.config.max_memory_mb)
+            self.stopping = True
 
     def _bury(self, fetched: Fetched, exc: JobError, now: float) -> None:
         payload = payloads.unrunnable(fetched.raw, fetched.queue, now)
@@ -209,3 +270,11 @@ class Processor:
     def _title(self, state: str) -> None:
         tag = f" {self.config.tag}" if self.config.tag else ""
         setproctitle(f"forkq {__version__}{tag} processor-{self.slot} {state}")
+
+
+def _timeout_of(payload: payloads.Payload) -> float:
+    """The job's own ``timeout`` option in seconds (0 = use ``job_timeout``)."""
+    value = payload.get("timeout")
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return 0.0
+    return float(value)

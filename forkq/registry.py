@@ -88,6 +88,10 @@ class Registry:
             raise ValueError(f"job name {spec.name!r} is already registered")
         self._specs[spec.name] = spec
 
+    def find(self, name: str) -> JobSpec | None:
+        """The spec for ``name``, or None."""
+        return self._specs.get(name)
+
     def lookup(self, name: str) -> JobSpec:
         """The spec for ``name``; :class:`UnknownJobError` if none is registered."""
         try:

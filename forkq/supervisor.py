@@ -1,21 +1,28 @@
-"""The master: fork processor children, reap, respawn, stop. One loop, one signal table.
+"""The master: one loop, one signal table, the process record, systemd.
 
-Loop, in a fixed order: wait on the self-pipe (≤ 1 s) → act on the signals
-received (:data:`ACTIONS`) → reap → stop or top up. The master never runs a job
-and never blocks on a child.
+Loop, in a fixed order: wait on the self-pipe and the children's boot pipes
+(≤ 1 s) → act on the signals received (:data:`ACTIONS`) → reap → watch the
+children's heartbeats (cull, job timeouts, memory) → stop or top up → beat
+(process record, remote signals) → title and sd_notify. The master never runs
+a job and never blocks: its Redis client has a 5 s socket timeout and every
+Redis step is guarded, so an outage is logged once and waited out.
 
-No loss: when a child is gone (exit, crash, SIGKILL) its in-flight job is put
-back at the front of its queue *before* a replacement is forked; if Redis is
-unreachable at that moment the slot waits until the requeue succeeds.
+Signals (PRODUCT.md): TERM / INT stop (a second one stops at once); TSTP /
+USR1 quiet; TTIN dumps stacks; HUP reloads the YAML; USR2 reopens the log
+file; CHLD only wakes the loop. Sidekiq's remote signals (``<identity>-signals``:
+TSTP, TERM, TTIN; also USR1, USR2, HUP) are popped at each beat and go through
+the same table.
 
-Stopping (TERM / INT): children get USR1 (finish the current job, then exit)
-and the master waits until ``timeout`` after the signal. Children still running
-then are killed, reaped, and their jobs pushed back, unchanged, to the front of
-their queues; then the embedded server, if any, is stopped and the master exits
-0. A second TERM / INT goes straight to that last step.
+Stopping: children get USR1 (finish the current job, then exit) and the master
+waits until ``timeout`` after the signal, beating with ``quiet "true"``.
+Children still running then are killed and their jobs pushed back, unchanged,
+to the front of their queues; the process record is cleared, the embedded
+server (if any) stopped, and the master exits 0 — or 79 when it stopped because
+children kept failing to boot.
 
-Keys: ``forkq:inflight:<identity>:<pid>`` and ``forkq:inflight`` (via
-:func:`forkq.fetch.requeue`).
+systemd (:mod:`forkq.sdnotify`): READY=1 once every child has registered and is
+fetching; STATUS= with the busy count; RELOADING=1 ... READY=1 around a HUP;
+STOPPING=1; WATCHDOG=1 from the loop only while the children are healthy.
 """
 
 from __future__ import annotations
@@ -26,35 +33,48 @@ import os
 import secrets
 import signal
 import socket
+import sys
 import time
-import traceback
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeVar
 
+import psutil
 import redis
 from setproctitle import setproctitle
 
-from forkq import __version__, fetch, keys
+from forkq import __version__, heartbeat, logs, pidfile, reload
 from forkq.config import Config
 from forkq.connection import EMBEDDED, connect
 from forkq.embedded import EmbeddedServer
-from forkq.errors import EXIT_CHILD_BOOT, EXIT_OK
-from forkq.processor import STOP_SIGNAL, Processor, ServerChain
+from forkq.errors import EXIT_CHILD_BOOT, EXIT_OK, ConfigError
+from forkq.pool import Pool
+from forkq.processor import ServerChain
 from forkq.registry import Registry
+from forkq.sdnotify import Notifier
 from forkq.signals import SelfPipe
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 LOOP_WAIT = 1.0
-QUICK_DEATH = 5.0  # a child that dies sooner than this counts toward its slot's backoff
-MAX_BACKOFF = 30.0
+WATCH_INTERVAL = 1.0  # read the children's heartbeats
+BEAT_INTERVAL = 5.0  # write the process record (Sidekiq 6: 5 s)
+REQUEUE_GRACE = 10.0  # after the stop deadline, how long to keep retrying Redis
 
 ACTIONS: Final[dict[signal.Signals, str]] = {
     signal.SIGTERM: "stop",
     signal.SIGINT: "stop",
+    signal.SIGTSTP: "quiet",
+    signal.SIGUSR1: "quiet",
+    signal.SIGTTIN: "dump",
+    signal.SIGHUP: "reload",
+    signal.SIGUSR2: "reopen",
     signal.SIGCHLD: "reap",
 }
 """Signal → name of the Supervisor method (``on_<name>``) that handles it."""
+
+REMOTE: Final = frozenset({"TSTP", "TERM", "TTIN", "USR1", "USR2", "HUP"})
+"""Signal names accepted from ``<identity>-signals``."""
 
 
 def new_identity(pid: int | None = None) -> str:
@@ -63,73 +83,111 @@ def new_identity(pid: int | None = None) -> str:
     return f"{host}:{os.getpid() if pid is None else pid}:{secrets.token_hex(6)}"
 
 
-@dataclass
-class Child:
-    """A forked processor."""
-
-    pid: int
-    slot: int
-    started: float
-
-    def inflight_key(self, identity: str) -> str:
-        """The child's in-flight list."""
-        return keys.inflight(identity, self.pid)
-
-
 class Supervisor:
-    """The master process. Build it in the master after importing the app; call :meth:`run`."""
+    """The master process. Build it in the master after importing the app; call :meth:`run`.
 
-    def __init__(self, config: Config, *, registry: Registry, middleware: ServerChain) -> None:
+    ``reload`` builds the configuration anew for HUP (the CLI passes one that
+    re-reads flags, environment and file); without it HUP is refused.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        registry: Registry,
+        middleware: ServerChain,
+        reload: Callable[[], Config] | None = None,
+    ) -> None:
         self.config = config
         self.registry = registry
         self.middleware = middleware
         self.identity = new_identity()
-        self.children: dict[int, Child] = {}
+        self.quiet = False
         self.stop_deadline: float | None = None
         self.done = False
-        self._unrequeued: dict[int, str] = {}  # slot → in-flight key still to give back
-        self._backoff: dict[int, tuple[int, float]] = {}  # slot → (quick deaths, not before)
+        self._reload = reload
         self._embedded: EmbeddedServer | None = None
+        self._started_at = time.time()
+        self._next_watch = 0.0
+        self._next_beat = 0.0
+        self._outage_since: float | None = None
+        self._ready_sent = False
+        self._status = ""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def run(self) -> int:
         """Run until stopped; the exit code."""
         self._pipe = SelfPipe(ACTIONS)
+        self._notify = Notifier.from_environ()
+        if self.config.pid_file:
+            pidfile.write(self.config.pid_file, os.getpid())
         try:
             self._start_embedded()
-            self.redis = connect(self.config.redis_url, embedded_dir=self.config.embedded_dir)
+            self.redis = connect(self.config.redis_url, embedded_dir=self.config.embedded_dir,
+                                 socket_timeout=5)
+            self.pool = Pool(self.config, client=self.redis, identity=self.identity,
+                             registry=self.registry, middleware=self.middleware,
+                             in_child=self._in_child)
+            self._info = self._process_info()
             log.info("forkq %s starting: identity %s, %d processors, queues %s%s",
                      __version__, self.identity, self.config.concurrency,
-                     ", ".join(f"{n}:{w}" for n, w in self.config.queues),
-                     " (strict)" if self.config.strict else "")
+                     _queues(self.config), " (strict)" if self.config.strict else "")
             while not self.done:
                 self.loop_once(time.monotonic())
+            self._guarded(lambda: heartbeat.clear(self.redis, self.identity))
         finally:
             self._stop_embedded()
             self._pipe.close()
+            self._notify.close()
+            if self.config.pid_file:
+                pidfile.remove(self.config.pid_file, os.getpid())
+        if self.pool.halt_reason:
+            log.error("giving up: %s", self.pool.halt_reason)
+            return EXIT_CHILD_BOOT
         log.info("Bye!")
         return EXIT_OK
 
+    def _in_child(self) -> None:
+        """Run in a freshly forked child: drop what belongs to the master."""
+        self._pipe.close()
+        self._notify.close()
+
     def loop_once(self, now: float) -> None:
-        """One turn: wait for signals, act, reap, then finish stopping or top up."""
-        received, _ = self._pipe.wait(self._wait_time(now))
+        """One turn: signals → reap → watch → stop or top up → beat → title and notify."""
+        received, ready = self._pipe.wait(self._wait_time(now), also=self.pool.report_fds())
         for signum in received:
-            getattr(self, "on_" + ACTIONS[signum])()
-        self.reap()
+            self.dispatch(signum)
+        self.pool.read_reports(ready)
+        self.pool.reap(respawn=self.stop_deadline is None and not self.quiet)
         now = time.monotonic()
+        if now >= self._next_watch:
+            self._next_watch = now + WATCH_INTERVAL
+            self._watch(now)
+        if self.pool.halt_reason and self.stop_deadline is None:
+            self.on_stop()
+            self.stop_deadline = now
         if self.stop_deadline is not None:
             self._continue_stop(now)
-        else:
-            self.top_up(now)
-        self._title()
+        elif not self.quiet:
+            self.pool.top_up(now)
+        if now >= self._next_beat:
+            self._next_beat = now + BEAT_INTERVAL
+            self._beat()
+        self._report(now)
 
     def _wait_time(self, now: float) -> float:
         wake = [now + LOOP_WAIT]
         if self.stop_deadline is not None:
             wake.append(self.stop_deadline)
-        wake.extend(until for _, until in self._backoff.values())
+        backoff = self.pool.next_wake()
+        if backoff is not None:
+            wake.append(backoff)
         return max(min(wake) - now, 0.0)
+
+    def dispatch(self, signum: signal.Signals) -> None:
+        """Run the action of ``signum`` from :data:`ACTIONS`."""
+        getattr(self, "on_" + ACTIONS[signum])()
 
     # -- signal actions ----------------------------------------------------------------------
 
@@ -137,120 +195,166 @@ class Supervisor:
         """TERM / INT: graceful stop; the second one stops at once."""
         if self.stop_deadline is None:
             log.info("Shutting down: waiting up to %.1fs for %d processors to finish",
-                     self.config.timeout, len(self.children))
+                     self.config.timeout, len(self.pool.children))
+            self._notify.stopping()
             self.stop_deadline = time.monotonic() + self.config.timeout
-            self._signal_children(STOP_SIGNAL)
+            self.pool.retire()
+            self._next_beat = 0.0
         else:
             log.warning("Second stop signal: stopping now")
             self.stop_deadline = time.monotonic()
 
+    def on_quiet(self) -> None:
+        """TSTP / USR1: no new jobs; running ones finish; keep beating with quiet true."""
+        if self.quiet or self.stop_deadline is not None:
+            log.info("Already quiet")
+            return
+        self.quiet = True
+        count = self.pool.retire()
+        log.info("Received TSTP, no longer accepting new work: %d processors finish their "
+                 "current job and exit", count)
+        self._next_beat = 0.0
+
+    def on_dump(self) -> None:
+        """TTIN: log the master's stack and ask every child for its own."""
+        for thread_id, frame in sys._current_frames().items():
+            log.warning("TTIN: master thread %d\n%s", thread_id, logs.stack(frame))
+        log.warning("TTIN: asking %d processors for their stacks", len(self.pool.children))
+        self.pool.signal_all(signal.SIGTTIN)
+
+    def on_reload(self) -> None:
+        """HUP: re-read the configuration; apply it, or keep the old one if it is invalid."""
+        self._notify.reloading()
+        try:
+            self._apply(self._load_new())
+        except ConfigError as exc:
+            log.error("reload rejected, the running configuration stays: %s", exc)
+        self._notify.ready(self._status_text())
+
+    def on_reopen(self) -> None:
+        """USR2: reopen the log file here and in every child."""
+        logs.reopen()
+        log.info("log file reopened")
+        self.pool.signal_all(signal.SIGUSR2)
+
     def on_reap(self) -> None:
         """CHLD: reaping happens on every turn; the signal only wakes the loop."""
 
-    # -- children ----------------------------------------------------------------------------
+    # -- reload ------------------------------------------------------------------------------
 
-    def reap(self) -> None:
-        """Collect exited children; give their in-flight jobs back; schedule respawns.
+    def _load_new(self) -> Config:
+        if self._reload is None:
+            raise ConfigError("this daemon was started without a way to reload its configuration")
+        return self._reload()
 
-        Waits on each known pid rather than on -1, so the embedded server (also a
-        child of the master) stays with its own Popen object.
-        """
-        for pid in list(self.children):
-            try:
-                done, status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done, status = pid, 0
-            if done:
-                self._child_gone(self.children.pop(pid), status)
+    def _apply(self, new: Config) -> None:
+        merged, ignored = reload.merge(self.config, new)
+        for name in ignored:
+            log.warning("reload: %s changes only on restart; keeping %r", name,
+                        getattr(self.config, name))
+        diff = reload.changes(self.config, merged)
+        if not diff:
+            log.info("reload: no changes")
+            return
+        log.info("reload: %s", reload.describe(diff))
+        old = self.config
+        self.config = self.pool.config = merged
+        logging.getLogger().setLevel(merged.log_level.upper())
+        self._info = self._process_info()
+        self._next_beat = 0.0
+        if reload.needs_new_children(diff):
+            count = self.pool.retire()
+            log.info("reload: replacing %d processors after their current job", count)
+        elif merged.concurrency < old.concurrency:
+            self.pool.retire(range(merged.concurrency, old.concurrency))
 
-    def _child_gone(self, child: Child, status: int) -> None:
-        how = _describe(status)
-        if self.stop_deadline is None or os.waitstatus_to_exitcode(status) != 0:
-            log.warning("processor-%d (pid %d) %s", child.slot, child.pid, how)
-        self._unrequeued[child.slot] = child.inflight_key(self.identity)
-        self._give_back(child.slot)
-        if self.stop_deadline is None:
-            self._schedule_respawn(child, time.monotonic())
+    # -- heartbeats --------------------------------------------------------------------------
 
-    def _give_back(self, slot: int) -> bool:
-        """Requeue the in-flight job of the child that last held ``slot``; False if Redis failed."""
-        key = self._unrequeued.get(slot)
-        if key is None:
-            return True
+    def _watch(self, now: float) -> None:
+        beats = self._guarded(lambda: heartbeat.read_children(self.redis, self.identity))
+        if beats is not None:
+            self.pool.watch(beats, now)
+
+    def _beat(self) -> None:
+        rss = self.pool.rss_kb() + _own_rss_kb()
+        popped = self._guarded(lambda: heartbeat.beat(
+            self.redis, self.identity, info=self._info, busy=self.pool.busy(),
+            quiet=self.quiet or self.stop_deadline is not None, rss_kb=rss,
+            concurrency=self.config.concurrency) or "")
+        if popped:
+            self._remote(popped)
+
+    def _remote(self, name: str) -> None:
+        if name not in REMOTE:
+            log.warning("ignoring remote signal %r", name)
+            return
+        log.info("Received remote %s", name)
+        self.dispatch(signal.Signals["SIG" + name])
+        self._next_beat = 0.0
+
+    def _guarded(self, step: Callable[[], T]) -> T | None:
+        """Run a Redis step; None on a Redis error (logged once per outage)."""
         try:
-            job = fetch.requeue(self.redis, key, unregister=True)
+            result = step()
         except redis.RedisError as exc:
-            log.error("cannot requeue the job of %s yet: %s", key, exc)
-            return False
-        del self._unrequeued[slot]
-        if job is not None:
-            log.warning("pushed 1 job back to its queue: %s", job[:200].decode("utf-8", "replace"))
-        return True
+            if self._outage_since is None:
+                self._outage_since = time.monotonic()
+                log.error("Redis unavailable: %s; not culling processors until it is back", exc)
+            return None
+        if self._outage_since is not None:
+            now = time.monotonic()
+            log.warning("Redis is online, %.1f sec downtime", now - self._outage_since)
+            self._outage_since = None
+            self.pool.trust_again(now)
+        return result
 
-    def _schedule_respawn(self, child: Child, now: float) -> None:
-        quick, _ = self._backoff.get(child.slot, (0, 0.0))
-        quick = quick + 1 if now - child.started < QUICK_DEATH else 0
-        delay = 0.0 if quick == 0 else min(0.1 * 2 ** (quick - 1), MAX_BACKOFF)
-        self._backoff[child.slot] = (quick, now + delay)
-        if delay:
-            log.warning("processor-%d respawns in %.1fs", child.slot, delay)
-
-    def top_up(self, now: float) -> None:
-        """Fork a child for every free slot whose backoff has passed and whose job is back."""
-        busy = {child.slot for child in self.children.values()}
-        for slot in range(self.config.concurrency):
-            if slot in busy or self._backoff.get(slot, (0, 0.0))[1] > now:
-                continue
-            if self._give_back(slot):
-                self.spawn(slot)
-
-    def spawn(self, slot: int) -> None:
-        """Fork one processor child for ``slot``."""
-        pid = os.fork()
-        if pid == 0:
-            self._become_child(slot)
-        self.children[pid] = Child(pid, slot, time.monotonic())
-        log.debug("processor-%d started, pid %d", slot, pid)
-
-    def _become_child(self, slot: int) -> None:
-        """In the forked child: drop the master's state and run a Processor. Never returns."""
-        code = EXIT_CHILD_BOOT
-        try:
-            self._pipe.close()
-            processor = Processor(self.config, identity=self.identity, slot=slot,
-                                  registry=self.registry, middleware=self.middleware)
-            code = processor.run()
-        except BaseException:  # noqa: BLE001 - the child's process boundary
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-
-    def _signal_children(self, signum: signal.Signals) -> None:
-        for pid in list(self.children):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
+    def _process_info(self) -> str:
+        return heartbeat.process_info(self.config, self.identity, os.getpid(), self._started_at)
 
     # -- stopping ----------------------------------------------------------------------------
 
     def _continue_stop(self, now: float) -> None:
         assert self.stop_deadline is not None
-        if self.children and now >= self.stop_deadline:
+        if self.pool.children and now >= self.stop_deadline:
             self._kill_remaining()
-        if not self.children and all(self._give_back(s) for s in list(self._unrequeued)):
+        if self.pool.children:
+            return
+        if self.pool.settle_all():
             self.done = True
-        elif not self.children and now >= self.stop_deadline + 10:
-            log.error("giving up requeueing %s: Redis unreachable", list(self._unrequeued.values()))
+        elif now >= self.stop_deadline + REQUEUE_GRACE:
+            log.error("giving up requeueing %s: Redis unreachable", self.pool.pending())
             self.done = True
 
     def _kill_remaining(self) -> None:
-        log.warning("Terminating %d busy processors", len(self.children))
-        for pid, child in list(self.children.items()):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            del self.children[pid]
-            self._unrequeued[child.slot] = child.inflight_key(self.identity)
-            self._give_back(child.slot)
+        log.warning("Terminating %d busy processors", len(self.pool.children))
+        for child in list(self.pool.children.values()):
+            self.pool.kill(child, "exit", "still running at the stop deadline")
+            self.pool.reap_now(child)
+
+    # -- reporting ---------------------------------------------------------------------------
+
+    def _status_text(self) -> str:
+        busy = f"{len(self.pool.busy())} of {self.config.concurrency} busy"
+        return f"{busy}{self._state()}; queues {_queues(self.config)}"
+
+    def _state(self) -> str:
+        return " stopping" if self.stop_deadline is not None else " quiet" if self.quiet else ""
+
+    def _report(self, now: float) -> None:
+        """Process title, and systemd's READY, STATUS and WATCHDOG."""
+        tag = f" {self.config.tag}" if self.config.tag else ""
+        setproctitle(f"forkq {__version__}{tag} [{len(self.pool.busy())} of "
+                     f"{self.config.concurrency} busy]{self._state()}")
+        status = self._status_text()
+        if not self._ready_sent and self.pool.all_booted():
+            self._ready_sent = True
+            log.info("ready: %d processors fetching", self.config.concurrency)
+            self._notify.ready(status)
+        elif status != self._status:
+            self._notify.status(status)
+        self._status = status
+        if self.stop_deadline is None and (self.quiet or self.pool.healthy(now)):
+            self._notify.watchdog(now)
 
     # -- embedded server ---------------------------------------------------------------------
 
@@ -266,14 +370,12 @@ class Supervisor:
             self._embedded.stop()
             log.info("embedded server stopped")
 
-    def _title(self) -> None:
-        tag = f" {self.config.tag}" if self.config.tag else ""
-        state = " stopping" if self.stop_deadline is not None else ""
-        setproctitle(f"forkq {__version__}{tag} [{len(self.children)} of "
-                     f"{self.config.concurrency} processors]{state}")
+
+def _queues(config: Config) -> str:
+    return ", ".join(f"{name}:{weight}" for name, weight in config.queues)
 
 
-def _describe(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"killed by signal {signal.Signals(os.WTERMSIG(status)).name}"
-    return f"exited with status {os.waitstatus_to_exitcode(status)}"
+def _own_rss_kb() -> int:
+    with contextlib.suppress(psutil.Error):
+        return int(psutil.Process().memory_info().rss // 1024)
+    return 0

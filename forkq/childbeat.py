@@ -1,0 +1,112 @@
+"""A processor child's heartbeat: a thread that writes the child's state to Redis.
+
+Contract: every :data:`INTERVAL` seconds the thread writes
+``HSET forkq:beats:<identity> <pid> {"at": <epoch>, "seq": <n>, "job": <job or null>}``
+and ``EXPIRE`` 60 s. ``seq`` grows by one per beat: the master culls a child
+whose ``seq`` stops changing. The thread keeps beating while the main thread
+runs a job of any length (pure-Python loops release the GIL every few
+milliseconds), so a stale beat means the whole process is stopped (SIGSTOP) or
+stuck in C code that holds the GIL. Redis errors are swallowed: the main thread
+logs outages, and the master does not cull during one.
+
+``job`` is set by the main thread (one attribute assignment, no lock) before
+and after each job: ``{"queue", "payload" (the raw job string), "run_at" (int
+epoch, Sidekiq's field), "started" (float epoch), "class", "jid", "timeout"
+(seconds, 0 = none)}``.
+
+Two signals are acted on here rather than in the main thread, which may be busy
+in a job for a long time: their handlers only set a flag and wake the thread.
+TTIN logs the main thread's stack and job; USR2 reopens the log file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+import redis
+
+from forkq import keys, logs
+
+log = logging.getLogger(__name__)
+
+INTERVAL = 2.0
+
+
+class ChildBeat:
+    """The heartbeat thread of one processor child. Start it after fork, in the child."""
+
+    def __init__(self, client: redis.Redis, identity: str, pid: int) -> None:
+        self.job: dict[str, Any] | None = None
+        self._redis = client
+        self._key = keys.beats(identity)
+        self._pid = pid
+        self._seq = 0
+        self._wake = threading.Event()
+        self._stopped = False
+        self._dump = False
+        self._reopen = False
+        self._main = threading.main_thread().ident
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+
+    def start(self) -> None:
+        """Install the TTIN / USR2 handlers and start beating (one beat at once)."""
+        signal.signal(signal.SIGTTIN, self._on_signal)
+        signal.signal(signal.SIGUSR2, self._on_signal)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop beating and remove this child's entry (best effort)."""
+        self._stopped = True
+        self._wake.set()
+        self._thread.join(timeout=INTERVAL + 5)
+        with contextlib.suppress(redis.RedisError):
+            self._redis.hdel(self._key, str(self._pid))
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        """Signal handler: record and wake the thread; nothing else."""
+        if signum == signal.SIGTTIN:
+            self._dump = True
+        else:
+            self._reopen = True
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopped:
+            if self._dump:
+                self._dump = False
+                self._dump_stack()
+            if self._reopen:
+                self._reopen = False
+                logs.reopen()
+                log.info("log file reopened")
+            self.beat()
+            self._wake.wait(INTERVAL)
+            self._wake.clear()
+
+    def beat(self) -> None:
+        """Write one heartbeat; a Redis error skips it."""
+        self._seq += 1
+        entry = json.dumps({"at": time.time(), "seq": self._seq, "job": self.job})
+        try:
+            with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hset(self._key, str(self._pid), entry)
+                pipe.expire(self._key, keys.PROCESS_TTL)
+                pipe.execute()
+        except redis.RedisError:
+            pass
+
+    def _dump_stack(self) -> None:
+        job = self.job
+        doing = "idle" if job is None else (
+            f"running {job['class']} jid={job['jid']} from queue {job['queue']} "
+            f"for {time.time() - job['started']:.1f}s")
+        frame = sys._current_frames().get(self._main or 0)
+        log.warning("TTIN: %s\n%s", doing, logs.stack(frame))

@@ -1,0 +1,117 @@
+"""The master's side of heartbeats: Sidekiq's process record, and reading the children's beats.
+
+:func:`beat` writes, in one MULTI (sidekiq-wire.md §5): ``SADD processes``, the
+process hash (``info`` JSON, ``busy``, ``beat``, ``quiet``, ``rss``,
+``rtt_us``, ``concurrency``) with a 60 s TTL, the busy hashes ``<id>:workers``
+and ``<id>:work`` rebuilt from scratch, and ``RPOP <id>-signals``, whose
+result it returns. So Sidekiq's ``ProcessSet``, ``Workers`` and Web UI list the
+process and what each child runs, and their Quiet / Stop buttons reach it.
+
+:func:`read_children` reads ``forkq:beats:<id>`` (see :mod:`forkq.childbeat`).
+:func:`clear` is the clean exit: ``SREM processes`` and unlink the busy and
+beat hashes; the process hash is left to expire with ``quiet "true"``, as Sidekiq.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from forkq import __version__, keys, wirejson
+from forkq.config import Config
+
+
+@dataclass(frozen=True)
+class ChildBeat:
+    """One child's last heartbeat as read from Redis."""
+
+    seq: int
+    at: float
+    job: dict[str, Any] | None
+
+
+def process_info(config: Config, identity: str, pid: int, started_at: float) -> str:
+    """The ``info`` JSON: Sidekiq's fields (identity = the hash key) plus version and weights."""
+    return wirejson.dumps({
+        "hostname": socket.gethostname(),
+        "started_at": started_at,
+        "pid": pid,
+        "tag": config.tag,
+        "concurrency": config.concurrency,
+        "queues": list(dict.fromkeys(name for name, _ in config.queues)),
+        "weights": [{name: weight for name, weight in config.queues}],
+        "labels": list(config.labels),
+        "identity": identity,
+        "version": __version__,
+        "embedded": False,
+    })
+
+
+def busy_entry(job: dict[str, Any]) -> str:
+    """A ``:workers`` value: ``{"queue", "payload" (raw job string), "run_at" (int)}``."""
+    return wirejson.dumps({"queue": job["queue"], "payload": job["payload"],
+                           "run_at": int(job["run_at"])})
+
+
+def beat(
+    client: redis.Redis,
+    identity: str,
+    *,
+    info: str,
+    busy: dict[str, str],
+    quiet: bool,
+    rss_kb: int,
+    concurrency: int,
+) -> str | None:
+    """Write the process record and busy hashes; pop one remote signal (its name, or None)."""
+    started = time.perf_counter()
+    client.ping()
+    rtt_us = int((time.perf_counter() - started) * 1e6)
+    workers = keys.workers(identity)
+    with client.pipeline(transaction=True) as pipe:
+        pipe.sadd(keys.PROCESSES, identity)
+        pipe.hset(identity, mapping={
+            "info": info, "busy": len(busy), "beat": repr(time.time()),
+            "quiet": "true" if quiet else "false", "rss": rss_kb, "rtt_us": rtt_us,
+            "concurrency": concurrency,
+        })
+        pipe.expire(identity, keys.PROCESS_TTL)
+        pipe.unlink(*workers)
+        for key in workers:
+            if busy:
+                pipe.hset(key, mapping=busy)  # type: ignore[arg-type]
+                pipe.expire(key, keys.PROCESS_TTL)
+        pipe.rpop(keys.signals(identity))
+        popped = pipe.execute()[-1]
+    return popped.decode("utf-8", "replace") if popped else None
+
+
+def read_children(client: redis.Redis, identity: str) -> dict[int, ChildBeat]:
+    """Every child beat of ``identity`` by pid; malformed entries are left out."""
+    found: dict[int, ChildBeat] = {}
+    for pid, raw in client.hgetall(keys.beats(identity)).items():
+        try:
+            entry = json.loads(raw)
+            found[int(pid)] = ChildBeat(int(entry["seq"]), float(entry["at"]), entry.get("job"))
+        except (ValueError, TypeError, KeyError):
+            continue
+    return found
+
+
+def forget_child(client: redis.Redis, identity: str, pid: int) -> None:
+    """Drop a gone child's beat."""
+    client.hdel(keys.beats(identity), str(pid))
+
+
+def clear(client: redis.Redis, identity: str) -> None:
+    """Clean exit: leave ``processes``, drop the busy and beat hashes, mark the record quiet."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.srem(keys.PROCESSES, identity)
+        pipe.unlink(*keys.workers(identity), keys.beats(identity))
+        pipe.hset(identity, "quiet", "true")
+        pipe.execute()
