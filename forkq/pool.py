@@ -106,9 +106,9 @@ class Pool:
         """The boot-report pipes still open, for the master's select."""
         return [c.report_fd for c in self.children.values() if c.report_fd is not None]
 
-    def next_wake(self) -> float | None:
-        """The monotonic time the earliest backoff ends, if any."""
-        return min((until for _, until in self._backoff.values()), default=None)
+    def next_wake(self, now: float) -> float | None:
+        """The monotonic time the earliest backoff still running ends, if any."""
+        return min((until for _, until in self._backoff.values() if until > now), default=None)
 
     def busy(self) -> dict[str, str]:
         """The ``:workers`` hash: child pid → busy entry, for children running a job."""

@@ -180,7 +180,7 @@ class Supervisor:
         wake = [now + LOOP_WAIT]
         if self.stop_deadline is not None:
             wake.append(self.stop_deadline)
-        backoff = self.pool.next_wake()
+        backoff = self.pool.next_wake(now)
         if backoff is not None:
             wake.append(backoff)
         return max(min(wake) - now, 0.0)
