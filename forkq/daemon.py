@@ -22,8 +22,10 @@ class DaemonProcess:
     """One daemon subprocess."""
 
     def __init__(self, config_file: str, *, env: Mapping[str, str] | None = None,
-                 stderr: IO[Any] | int | None = None, cwd: str | None = None) -> None:
+                 stderr: IO[Any] | int | None = None, cwd: str | None = None,
+                 new_session: bool = False) -> None:
         self.config_file = config_file
+        self.new_session = new_session
         self.env = dict(os.environ if env is None else env)
         self.stderr = stderr
         self.cwd = cwd
@@ -40,6 +42,7 @@ class DaemonProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "forkq", "run", "-C", self.config_file],
             env=self.env, stderr=self.stderr, stdin=subprocess.DEVNULL, cwd=self.cwd,
+            start_new_session=self.new_session,
         )
 
     def signal(self, signum: signal.Signals) -> None:

@@ -15,6 +15,7 @@ beat hashes; the process hash is left to expire with ``quiet "true"``, as Sideki
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 from dataclasses import dataclass
@@ -24,6 +25,11 @@ import redis
 
 from forkq import __version__, keys, wirejson
 from forkq.config import Config
+
+
+def hostname() -> str:
+    """Sidekiq's hostname: ``$DYNO`` (Heroku) or the host name."""
+    return os.environ.get("DYNO") or socket.gethostname()
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,7 @@ class ChildBeat:
 def process_info(config: Config, identity: str, pid: int, started_at: float) -> str:
     """The ``info`` JSON: Sidekiq's fields (identity = the hash key) plus version and weights."""
     return wirejson.dumps({
-        "hostname": socket.gethostname(),
+        "hostname": hostname(),
         "started_at": started_at,
         "pid": pid,
         "tag": config.tag,

@@ -32,7 +32,6 @@ import logging
 import os
 import secrets
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -79,8 +78,7 @@ REMOTE: Final = frozenset({"TSTP", "TERM", "TTIN", "USR1", "USR2", "HUP"})
 
 def new_identity(pid: int | None = None) -> str:
     """Sidekiq's process identity: ``<hostname>:<pid>:<12 lowercase hex>``."""
-    host = os.environ.get("DYNO") or socket.gethostname()
-    return f"{host}:{os.getpid() if pid is None else pid}:{secrets.token_hex(6)}"
+    return f"{heartbeat.hostname()}:{os.getpid() if pid is None else pid}:{secrets.token_hex(6)}"
 
 
 class Supervisor:
@@ -177,7 +175,7 @@ class Supervisor:
         self._report(now)
 
     def _wait_time(self, now: float) -> float:
-        wake = [now + LOOP_WAIT]
+        wake = [now + min(LOOP_WAIT, self._notify.watchdog_interval or LOOP_WAIT)]
         if self.stop_deadline is not None:
             wake.append(self.stop_deadline)
         backoff = self.pool.next_wake(now)

@@ -80,18 +80,23 @@ class Daemon(DaemonProcess):
 @pytest.fixture
 def daemon(server: EmbeddedServer, r: redis.Redis, tmp_path: Path
            ) -> Iterator[Callable[..., Daemon]]:
-    """Factory: ``daemon(yaml_text)`` starts ``forkq run`` on the session server."""
+    """Factory: ``daemon(yaml_text)`` starts ``forkq run`` on the session server.
+
+    ``new_session=True`` starts it in its own session and process group (for killpg).
+    Keyword arguments in capitals are added to its environment.
+    """
     started: list[Daemon] = []
     known: set[int] = set()
 
-    def start(config: str = "", *, redis_url: str | None = None, **env: str) -> Daemon:
+    def start(config: str = "", *, redis_url: str | None = None, new_session: bool = False,
+              **env: str) -> Daemon:
         path = tmp_path / f"forkq-{len(started)}.yml"
         body = textwrap.dedent(config)
         if "redis_url" not in body:
             body += f"\nredis_url: {redis_url or server.url}\n"
         path.write_text(body)
         environ = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}", **env}
-        d = Daemon(str(path), env=environ, cwd=str(tmp_path))
+        d = Daemon(str(path), env=environ, cwd=str(tmp_path), new_session=new_session)
         d.log_path = tmp_path / f"daemon-{len(started)}.log"
         d.stderr = open(d.log_path, "wb")  # noqa: SIM115 - closed in teardown
         d.start()

@@ -65,3 +65,24 @@ class HardWorker(Job, name="HardWorker"):
 
     def perform(self, name: str, count: int) -> None:
         _note("test:hardworker", jid=self.jid, name=name, count=count)
+
+
+class Tick(Job, name="Tick"):
+    """Records its queue, pid and start time; sleeps ``pause`` seconds."""
+
+    def perform(self, seq: int, pause: float = 0.0) -> None:
+        _note("test:ticks", seq=seq, queue=self.payload["queue"], pid=os.getpid(), t=time.time())
+        if pause:
+            time.sleep(pause)
+
+
+class Spin(Job, name="Spin"):
+    """Burns CPU in pure Python for ``seconds``, then records its completion."""
+
+    def perform(self, seconds: float, marker: str) -> None:
+        _note("test:started", marker=marker, jid=self.jid, pid=os.getpid())
+        deadline = time.monotonic() + seconds
+        n = 0
+        while time.monotonic() < deadline:
+            n += sum(i * i for i in range(1000))
+        _note("test:ran", marker=marker, jid=self.jid, pid=os.getpid())

@@ -5,7 +5,9 @@
 - ``forkq.wirejson.dumps`` writes the same bytes as Ruby's ``JSON.generate``
   (sidekiq-wire.md §1a), checked on a few thousand varied values;
 - Sidekiq's ``SortedEntry#reschedule`` moves a forkq-filed retry instead of
-  duplicating it (the by-value ZINCRBY that needs byte-exact JSON).
+  duplicating it (the by-value ZINCRBY that needs byte-exact JSON);
+- Sidekiq's ``ProcessSet`` / ``Workers`` list a forkq daemon with its tag, queues,
+  concurrency, labels and busy job, and ``Process#quiet!`` / ``#stop!`` reach it.
 
 Everything talks to the throwaway server of the ``server`` fixture; every Ruby
 or sidekiq process is stopped by its pid. The Ruby scripts live in tests/ruby/.
@@ -328,3 +330,109 @@ def test_bench_runs_side_by_side_with_sidekiq() -> None:
                        timeout=180)
     assert result.returncode == 0, result.stderr
     assert "jobs/s" in result.stdout and "sidekiq 2 threads: 1000 jobs in" in result.stdout
+
+
+# --- 5. Sidekiq's ProcessSet / Workers list forkq; quiet! and stop! reach it ----------------
+
+
+API_DAEMON = """
+concurrency: 3
+tag: interop
+labels: [blue]
+queues:
+  - [critical, 2]
+  - default
+require: jobs
+timeout: 5
+"""
+
+
+def _api_view(server: EmbeddedServer) -> dict[str, Any]:
+    """What Sidekiq's Ruby API sees (tests/ruby/process_api.rb)."""
+    view: dict[str, Any] = json.loads(_run_ruby("process_api.rb", server=server))
+    return view
+
+
+def _forkq_in(view: dict[str, Any], pid: int) -> dict[str, Any] | None:
+    """The ProcessSet entry of the forkq master ``pid`` in ``view``, if listed."""
+    return next((p for p in view["processes"] if p["pid"] == pid), None)
+
+
+def test_sidekiq_api_lists_forkq_and_its_quiet_and_stop_reach_it(
+        server: EmbeddedServer, r: redis.Redis, daemon: Callable[..., Any]) -> None:
+    _need_ruby()
+    d = daemon(API_DAEMON)
+    d.wait_children(3)
+    jid = forkq.Client(r).push({"class": "Sleep", "args": [60, "api"], "queue": "critical"})
+    assert jid is not None
+    until(lambda: r.llen("test:started") == 1, 15, f"the Sleep job did not start:\n{d.log()}")
+    started = r.lindex("test:started", 0)
+    assert started is not None
+    busy_pid = json.loads(started)["pid"]
+
+    # 1. ProcessSet lists forkq with its tag, queues, concurrency, labels; Workers its job.
+    seen: dict[str, Any] = {}
+
+    def listed() -> bool:
+        seen.update(_api_view(server))
+        process = _forkq_in(seen, d.pid)
+        return (process is not None and process["busy"] == 1 and len(seen["workers"]) == 1)
+
+    until(listed, 20, f"Sidekiq's API never showed forkq busy: {seen}\nlog:\n{d.log()}")
+    process = _forkq_in(seen, d.pid)
+    assert process is not None
+    identity = process["identity"]
+    assert identity.split(":")[1] == str(d.pid) and r.sismember("processes", identity)
+    assert {k: process[k] for k in ("tag", "queues", "concurrency", "labels", "stopping")} == {
+        "tag": "interop", "queues": ["critical", "default"], "concurrency": 3,
+        "labels": ["blue"], "stopping": False}
+    assert seen["total_concurrency"] == 3 and seen["workers_size"] == 1
+    (work,) = seen["workers"]
+    assert work["process"] == identity and work["thread"] == str(busy_pid)
+    assert work["queue"] == "critical" and isinstance(work["run_at"], int)
+    assert (work["payload_type"], work["class"], work["jid"], work["queue_in_payload"]) == (
+        "Hash", "Sleep", jid, "critical")
+    raw_workers = r.hgetall(f"{identity}:workers")
+    assert raw_workers == r.hgetall(f"{identity}:work"), "6.4.2+ reads :work"
+    fetched = json.loads(raw_workers[str(busy_pid).encode()])["payload"]  # the raw job string
+
+    # 2. quiet!: forkq goes quiet, its idle children exit, the busy one keeps its job.
+    signalled = time.monotonic()
+    assert json.loads(_run_ruby("process_api.rb", "quiet", identity, server=server)) == {
+        "signalled": identity}
+
+    def stopping() -> bool:
+        seen.update(_api_view(server))
+        process = _forkq_in(seen, d.pid)
+        return process is not None and process["stopping"] is True
+
+    until(stopping, 12, f"ProcessSet never showed stopping?: {seen}\nlog:\n{d.log()}")
+    quiet_after = time.monotonic() - signalled
+    assert "Received remote TSTP" in d.log() and "Received TSTP" in d.log(), d.log()
+    until(lambda: [c.pid for c in d.children()] == [busy_pid], 10,
+          f"the idle children did not exit: {d.children()}\nlog:\n{d.log()}")
+    process = _forkq_in(seen, d.pid)
+    assert process is not None and process["identity"] == identity and process["busy"] == 1
+    assert [w["jid"] for w in seen["workers"]] == [jid]
+    assert r.llen("test:ran") == 0 and r.llen("queue:critical") == 0
+
+    # 3. stop!: forkq stops within a beat + its 5 s timeout, requeues the job, unregisters.
+    signalled = time.monotonic()
+    assert json.loads(_run_ruby("process_api.rb", "stop", identity, server=server)) == {
+        "signalled": identity}
+    try:
+        code = d.wait(5 + 5 + 8)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"stop! did not stop forkq; log:\n{d.log()}")
+    stop_after = time.monotonic() - signalled
+    log = d.log()
+    assert code == 0, log
+    for line in ("Received remote TERM", "Shutting down", "Bye!"):
+        assert line in log, f"{line!r} missing from the log:\n{log}"
+    assert r.lindex("queue:critical", -1) == fetched.encode(), "back, unchanged, at the tail"
+    assert r.llen("queue:critical") == 1 and r.llen("test:ran") == 0
+    assert not r.sismember("processes", identity)
+    assert not r.exists(f"{identity}:workers", f"{identity}:work")
+    view = _api_view(server)
+    assert _forkq_in(view, d.pid) is None and view["workers"] == [], view
+    assert quiet_after < 12 and stop_after < 18, (quiet_after, stop_after)
