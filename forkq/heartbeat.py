@@ -109,9 +109,9 @@ def read_children(client: redis.Redis, identity: str) -> dict[int, ChildBeat]:
     return found
 
 
-def forget_child(client: redis.Redis, identity: str, pid: int) -> None:
-    """Drop a gone child's beat."""
-    client.hdel(keys.beats(identity), str(pid))
+def forget_children(client: redis.Redis, identity: str, pids: list[int]) -> None:
+    """Drop the beats of children that are gone."""
+    client.hdel(keys.beats(identity), *map(str, pids))
 
 
 def clear(client: redis.Redis, identity: str) -> None:

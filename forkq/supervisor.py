@@ -157,7 +157,10 @@ class Supervisor:
         for signum in received:
             self.dispatch(signum)
         self.pool.read_reports(ready)
-        self.pool.reap(respawn=self.stop_deadline is None and not self.quiet)
+        respawn = self.stop_deadline is None and not self.quiet
+        gone = [child.pid for child in self.pool.reap(respawn=respawn)]
+        if gone:
+            self._guarded(lambda: heartbeat.forget_children(self.redis, self.identity, gone))
         now = time.monotonic()
         if now >= self._next_watch:
             self._next_watch = now + WATCH_INTERVAL
@@ -222,6 +225,9 @@ class Supervisor:
 
     def on_reload(self) -> None:
         """HUP: re-read the configuration; apply it, or keep the old one if it is invalid."""
+        if self.stop_deadline is not None:
+            log.warning("stopping: reload ignored")
+            return
         self._notify.reloading()
         try:
             self._apply(self._load_new())

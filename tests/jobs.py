@@ -86,3 +86,18 @@ class Spin(Job, name="Spin"):
         while time.monotonic() < deadline:
             n += sum(i * i for i in range(1000))
         _note("test:ran", marker=marker, jid=self.jid, pid=os.getpid())
+
+
+_HOARD: list[bytes] = []
+
+
+class Hog(Job, name="Hog"):
+    """Allocates ``mb`` megabytes (kept for the child's life when ``keep``), then sleeps."""
+
+    def perform(self, mb: int, seconds: float, keep: bool) -> None:
+        block = b"x" * (mb * 2**20)
+        if keep:
+            _HOARD.append(block)
+        _note("test:started", marker="hog", jid=self.jid, pid=os.getpid())
+        time.sleep(seconds)
+        _note("test:ran", marker="hog", jid=self.jid, pid=os.getpid())

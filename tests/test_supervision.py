@@ -125,7 +125,7 @@ def test_quiet_finishes_running_jobs_fetches_no_more_and_keeps_beating(
 
 def test_ttin_logs_the_stack_of_the_master_and_of_each_child_with_its_job(
         r: redis.Redis, daemon: Start) -> None:
-    d = daemon("concurrency: 2\nrequire: jobs\n")
+    d = daemon("concurrency: 2\ntimeout: 1\nrequire: jobs\n")
     d.wait_children(2)
     jid = push(r, "Sleep", 30, "dump")
     until(lambda: len(started(r)) == 1, 15, d.log())
@@ -452,3 +452,51 @@ def test_a_redis_outage_culls_no_child_and_loses_no_job(
         assert d.wait(15) == 0
     finally:
         srv.stop()
+
+
+# --- recycling and remote signals -----------------------------------------------------------
+
+
+def test_max_jobs_recycles_a_child_after_that_many_jobs(r: redis.Redis, daemon: Start) -> None:
+    d = daemon("concurrency: 1\nmax_jobs: 2\nrequire: jobs\n")
+    d.wait_children(1)
+    for i in range(5):
+        push(r, "Sleep", 0, f"j{i}")
+    until(lambda: len(ran(r)) == 5, 15, d.log())
+    pids = [x["pid"] for x in ran(r)]
+    assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4], pids
+    assert d.log().count("recycling after 2 jobs (max_jobs)") >= 2
+    assert "respawns in" not in d.log()
+
+
+def test_max_memory_mb_recycles_after_the_job_and_kills_above_the_ceiling(
+        r: redis.Redis, daemon: Start) -> None:
+    d = daemon("concurrency: 1\nmax_memory_mb: 200\nrequire: jobs\n")
+    d.wait_children(1)
+    push(r, "Hog", 230, 0, True)  # over 200 MB after the job: recycled, job done
+    until(lambda: len(ran(r)) == 1, 15, d.log())
+    until(lambda: "recycling at" in d.log(), 5, d.log())
+    first = ran(r)[0]["pid"]
+    until(lambda: first not in child_pids(d) and len(d.children()) == 1, 10, d.log())
+    assert "killed" not in d.log()
+
+    jid = push(r, "Hog", 400, 60, False)  # over 1.5 x 200 MB during the job: killed each time
+    until(lambda: r.zcard("dead") == 1, 40, d.log())
+    [entry] = [json.loads(x) for x in r.zrange("dead", 0, -1)]
+    assert entry["jid"] == jid
+    assert entry["error_message"] == ("its processor died 3 times while running it "
+                                      "(last: RSS above 300 MB (1.5 x max_memory_mb))")
+
+
+def test_remote_signals_from_redis_go_through_the_signal_table(
+        r: redis.Redis, daemon: Start) -> None:
+    d = daemon("concurrency: 2\nrequire: jobs\n")
+    me = identity(r)
+    d.wait_children(2)
+    r.lpush(f"{me}-signals", "TTIN")
+    until(lambda: "Received remote TTIN" in d.log() and "TTIN: idle" in d.log(), 8, d.log())
+    r.lpush(f"{me}-signals", "KILL")
+    until(lambda: "ignoring remote signal 'KILL'" in d.log(), 8, d.log())
+    r.lpush(f"{me}-signals", "TERM")
+    assert d.wait(15) == 0
+    assert "Received remote TERM" in d.log()
