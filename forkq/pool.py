@@ -44,7 +44,7 @@ from forkq import keys
 from forkq.config import Config
 from forkq.errors import EXIT_CHILD_BOOT
 from forkq.heartbeat import ChildBeat, busy_entry
-from forkq.processor import STOP_SIGNAL, Processor, ServerChain
+from forkq.processor import FORK_BLOCKED, STOP_SIGNAL, Processor, ServerChain
 from forkq.registry import Registry
 from forkq.settle import Gone, settle
 
@@ -147,10 +147,12 @@ class Pool:
     def spawn(self, slot: int) -> None:
         """Fork one processor child for ``slot``."""
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORK_BLOCKED)
         pid = os.fork()
         if pid == 0:
             os.close(read_fd)
-            self._become_child(slot, write_fd)
+            self._become_child(slot, write_fd)  # unblocks once its handlers are installed
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(write_fd)
         os.set_blocking(read_fd, False)
         now = time.monotonic()

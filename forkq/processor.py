@@ -56,6 +56,9 @@ log = logging.getLogger(__name__)
 IDLE_WAIT = 2.0
 IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGHUP)
 STOP_SIGNAL = signal.SIGUSR1
+FORK_BLOCKED = frozenset({*IGNORED_SIGNALS, STOP_SIGNAL, signal.SIGTTIN, signal.SIGUSR2})
+"""Blocked by the master around fork and by the child until its own handlers are in place, so
+no signal meets the master's handlers (and wakeup pipe) or a default action in the child."""
 MEMORY_CHECK_INTERVAL = 1.0
 
 
@@ -154,6 +157,7 @@ class Processor:
                     socket_timeout=5),
             self.identity, os.getpid())
         self._beat.start()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED)
         hooks.run("child_boot", strict=True)
 
     def _register(self) -> None:
