@@ -15,8 +15,11 @@ epoch, Sidekiq's field), "started" (float epoch), "class", "jid", "timeout"
 (seconds, 0 = none)}``.
 
 Two signals are acted on here rather than in the main thread, which may be busy
-in a job for a long time: their handlers only set a flag and wake the thread.
-TTIN logs the main thread's stack and job; USR2 reopens the log file.
+in a job for a long time: their handlers only set a flag and write a byte to the
+thread's wake pipe (no lock is taken in a handler). TTIN logs the main thread's
+stack and job; USR2 reopens the log file. A Python handler runs only when the
+main thread returns to the interpreter, so a job stuck inside C code gets no
+TTIN dump (its heartbeat stops too if it holds the GIL, and it is culled).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import select
 import signal
 import sys
 import threading
@@ -49,7 +54,7 @@ class ChildBeat:
         self._key = keys.beats(identity)
         self._pid = pid
         self._seq = 0
-        self._wake = threading.Event()
+        self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._stopped = False
         self._dump = False
         self._reopen = False
@@ -65,7 +70,7 @@ class ChildBeat:
     def stop(self) -> None:
         """Stop beating and remove this child's entry (best effort)."""
         self._stopped = True
-        self._wake.set()
+        self._wake()
         self._thread.join(timeout=INTERVAL + 5)
         with contextlib.suppress(redis.RedisError):
             self._redis.hdel(self._key, str(self._pid))
@@ -76,7 +81,18 @@ class ChildBeat:
             self._dump = True
         else:
             self._reopen = True
-        self._wake.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # a full pipe already wakes the thread
+            os.write(self._wake_write, b"!")
+
+    def _sleep(self) -> None:
+        """Wait up to INTERVAL, or until woken; swallow the wake bytes."""
+        readable, _, _ = select.select([self._wake_read], [], [], INTERVAL)
+        if readable:
+            with contextlib.suppress(OSError):
+                os.read(self._wake_read, 512)
 
     def _run(self) -> None:
         while not self._stopped:
@@ -88,8 +104,7 @@ class ChildBeat:
                 logs.reopen()
                 log.info("log file reopened")
             self.beat()
-            self._wake.wait(INTERVAL)
-            self._wake.clear()
+            self._sleep()
 
     def beat(self) -> None:
         """Write one heartbeat; a Redis error skips it."""

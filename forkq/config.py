@@ -146,7 +146,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("job_timeout", FLOAT, "hard limit on one job's run time, seconds; 0 = none",
             "FORKQ_JOB_TIMEOUT", check=at_least(0)),
     Setting("liveness_timeout", FLOAT, "cull a processor whose heartbeat is older, seconds",
-            "FORKQ_LIVENESS_TIMEOUT", check=at_least(3)),
+            "FORKQ_LIVENESS_TIMEOUT", check=at_least(10)),
     Setting("max_memory_mb", INT, "recycle a processor above this RSS after its job; 0 = none",
             "FORKQ_MAX_MEMORY_MB", check=at_least(0)),
     Setting("max_jobs", INT, "recycle a processor after this many jobs; 0 = none",

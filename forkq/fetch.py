@@ -74,8 +74,11 @@ class Fetcher:
         )
         return [keys.queue(name) for name in names]
 
-    def ack_and_fetch(self, *, ack: bool, fetch: bool = True) -> Fetched | None:
-        """Acknowledge the job held (when ``ack``), then fetch the next one (when ``fetch``)."""
+    def ack_and_fetch(self, *, ack: bytes | None, fetch: bool = True) -> Fetched | None:
+        """Acknowledge ``ack`` (the completed job's bytes), then fetch the next job (``fetch``).
+
+        Safe to call again after a lost reply (see fetch.lua): the same job comes back.
+        """
         date = keys.utc_date(time.time())
         result = self._script(
             keys=[
@@ -84,7 +87,7 @@ class Fetcher:
                 keys.daily(keys.STAT_PROCESSED, date),
                 *self.order(),
             ],
-            args=["1" if ack else "0", "1" if fetch else "0", keys.DAILY_STAT_TTL],
+            args=[ack or b"", "1" if fetch else "0", keys.DAILY_STAT_TTL],
         )
         if not result:
             return None

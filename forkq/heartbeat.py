@@ -120,4 +120,5 @@ def clear(client: redis.Redis, identity: str) -> None:
         pipe.srem(keys.PROCESSES, identity)
         pipe.unlink(*keys.workers(identity), keys.beats(identity))
         pipe.hset(identity, "quiet", "true")
+        pipe.expire(identity, keys.PROCESS_TTL)
         pipe.execute()

@@ -99,6 +99,7 @@ class Pool:
         self._backoff: dict[int, tuple[int, float]] = {}  # slot -> (quick deaths, not before)
         self._boot_failures: dict[int, int] = {}
         self._rng = random.Random()
+        self._master_pid = os.getpid()
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -146,18 +147,34 @@ class Pool:
 
     def spawn(self, slot: int) -> None:
         """Fork one processor child for ``slot``."""
-        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        try:
+            read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        except OSError as exc:
+            self._cannot_fork(slot, exc)
+            return
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORK_BLOCKED)
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            os.close(read_fd)
+            os.close(write_fd)
+            self._cannot_fork(slot, exc)
+            return
+        finally:
+            if os.getpid() == self._master_pid:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if pid == 0:
             os.close(read_fd)
             self._become_child(slot, write_fd)  # unblocks once its handlers are installed
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(write_fd)
         os.set_blocking(read_fd, False)
         now = time.monotonic()
         self.children[pid] = Child(pid, slot, now, read_fd, seen=now)
         log.debug("processor-%d started, pid %d", slot, pid)
+
+    def _cannot_fork(self, slot: int, exc: OSError) -> None:
+        log.error("cannot fork processor-%d: %s; retrying in %.0fs", slot, exc, MAX_BACKOFF)
+        self._backoff[slot] = (0, time.monotonic() + MAX_BACKOFF)
 
     def _become_child(self, slot: int, report_fd: int) -> None:
         """In the forked child: drop the master's state and run a Processor. Never returns."""
@@ -295,10 +312,11 @@ class Pool:
             self.read_reports([child.report_fd])
         code = os.waitstatus_to_exitcode(status)
         how = describe(status)
-        gone = child.killed or Gone(keys.inflight(self.identity, child.pid),
-                                    "exit" if code == 0 else "crash", how)
-        if code == EXIT_CHILD_BOOT and child.killed is None:
-            self._boot_failed(child)
+        told = code == 0 and child.retiring  # a child exiting 0 unasked held no job, or its
+        gone = child.killed or Gone(keys.inflight(self.identity, child.pid),  # job exited it
+                                    "exit" if told else "crash", how)
+        if code != 0 and not child.booted and child.killed is None:
+            self._boot_failed(child, how)
         elif code != 0 or child.killed is not None:
             log.warning("processor-%d (pid %d) %s", child.slot, child.pid, how)
         self._pending[child.slot] = gone
@@ -306,10 +324,10 @@ class Pool:
         if respawn:
             self._schedule_respawn(child, code, time.monotonic())
 
-    def _boot_failed(self, child: Child) -> None:
+    def _boot_failed(self, child: Child, how: str) -> None:
         failures = self._boot_failures.get(child.slot, 0) + 1
         self._boot_failures[child.slot] = failures
-        reason = child.boot_error or "no reason reported"
+        reason = child.boot_error or how
         log.error("processor-%d (pid %d) failed to boot (%d of %d): %s", child.slot, child.pid,
                   failures, BOOT_ATTEMPTS, reason)
         if failures >= BOOT_ATTEMPTS:

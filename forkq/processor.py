@@ -32,6 +32,7 @@ import random
 import signal
 import time
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import psutil
@@ -99,7 +100,7 @@ class Processor:
         self.registry = registry
         self.middleware = middleware
         self.stopping = False
-        self._ack_pending = False
+        self._ack_pending: bytes | None = None  # the completed job, until acknowledged
         self._failure: retry.Failure | None = None
         self._outage_since: float | None = None
         self._jobs_done = 0
@@ -115,7 +116,7 @@ class Processor:
             return EXIT_CHILD_BOOT
         while not self.stopping:
             self._guarded(self.loop_once)
-        while self._ack_pending or self._failure is not None:
+        while self._ack_pending is not None or self._failure is not None:
             self._guarded(lambda: self._settle(fetch=False))
         hooks.run("child_exit")
         self._beat.stop()
@@ -134,8 +135,8 @@ class Processor:
     def _setup(self) -> None:
         self.master_pid = os.getppid()
         logs.set_role(f"processor-{self.slot}")
-        for signum in IGNORED_SIGNALS:
-            signal.signal(signum, signal.SIG_IGN)
+        for signum in IGNORED_SIGNALS:  # a no-op handler, not SIG_IGN, which programs
+            signal.signal(signum, _ignore)  # that jobs start would inherit
         self._pipe = SelfPipe([STOP_SIGNAL])
         random.seed()
         self._rng = random.Random()
@@ -154,7 +155,7 @@ class Processor:
         self._title("idle")
         self._beat = ChildBeat(
             connect(self.config.redis_url, embedded_dir=self.config.embedded_dir,
-                    socket_timeout=5),
+                    socket_timeout=2),
             self.identity, os.getpid())
         self._beat.start()
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED)
@@ -186,10 +187,10 @@ class Processor:
         if self._failure is not None:
             retry.file(self.redis, self.inflight_key, self._failure)
             self._failure = None
-        if not fetch and not self._ack_pending:
+        if not fetch and self._ack_pending is None:
             return None
         fetched = self._fetcher.ack_and_fetch(ack=self._ack_pending, fetch=fetch)
-        self._ack_pending = False
+        self._ack_pending = None
         return fetched
 
     def _execute(self, fetched: Fetched) -> None:
@@ -218,7 +219,7 @@ class Processor:
                         time.monotonic() - started, retry.error_class_name(exc), exc,
                         self._failure.mode)
         else:
-            self._ack_pending = True
+            self._ack_pending = fetched.raw
             log.info("%s jid=%s done: %.3f sec", context.name, context.jid,
                      time.monotonic() - started)
         self._beat.job = None
@@ -274,6 +275,10 @@ class Processor:
     def _title(self, state: str) -> None:
         tag = f" {self.config.tag}" if self.config.tag else ""
         setproctitle(f"forkq {__version__}{tag} processor-{self.slot} {state}")
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """Handler of the signals a child ignores (the wakeup fd byte is dropped by SelfPipe)."""
 
 
 def _timeout_of(payload: payloads.Payload) -> float:

@@ -26,6 +26,7 @@ class SelfPipe:
 
     def __init__(self, signals: Iterable[signal.Signals]) -> None:
         self.signals = tuple(signals)
+        self._numbers = frozenset(int(s) for s in self.signals)
         self._read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._previous_fd = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
         for signum in self.signals:
@@ -61,7 +62,7 @@ class SelfPipe:
                 return received
             if not data:
                 return received
-            received.extend(signal.Signals(b) for b in data)
+            received.extend(signal.Signals(b) for b in data if b in self._numbers)
 
     def close(self) -> None:
         """Restore default handlers and the previous wakeup fd; close the pipe."""

@@ -150,6 +150,8 @@ class Supervisor:
         """Run in a freshly forked child: drop what belongs to the master."""
         self._pipe.close()
         self._notify.close()
+        for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
+            os.environ.pop(name, None)
 
     def loop_once(self, now: float) -> None:
         """One turn: signals → reap → watch → stop or top up → beat → title and notify."""
@@ -167,11 +169,12 @@ class Supervisor:
             self._watch(now)
         if self.pool.halt_reason and self.stop_deadline is None:
             self.on_stop()
-            self.stop_deadline = now
         if self.stop_deadline is not None:
             self._continue_stop(now)
-        elif not self.quiet:
-            self.pool.top_up(now)
+        else:
+            self.pool.settle_all()  # slots that are not refilled (quiet, shrunk) settle too
+            if not self.quiet:
+                self.pool.top_up(now)
         if now >= self._next_beat:
             self._next_beat = now + BEAT_INTERVAL
             self._beat()
@@ -179,7 +182,7 @@ class Supervisor:
 
     def _wait_time(self, now: float) -> float:
         wake = [now + min(LOOP_WAIT, self._notify.watchdog_interval or LOOP_WAIT)]
-        if self.stop_deadline is not None:
+        if self.stop_deadline is not None and self.stop_deadline > now:
             wake.append(self.stop_deadline)
         backoff = self.pool.next_wake(now)
         if backoff is not None:
@@ -187,8 +190,9 @@ class Supervisor:
         return max(min(wake) - now, 0.0)
 
     def dispatch(self, signum: signal.Signals) -> None:
-        """Run the action of ``signum`` from :data:`ACTIONS`."""
-        getattr(self, "on_" + ACTIONS[signum])()
+        """Run the action of ``signum`` from :data:`ACTIONS` (other signals are ignored)."""
+        if signum in ACTIONS:
+            getattr(self, "on_" + ACTIONS[signum])()
 
     # -- signal actions ----------------------------------------------------------------------
 
@@ -357,7 +361,8 @@ class Supervisor:
         elif status != self._status:
             self._notify.status(status)
         self._status = status
-        if self.stop_deadline is None and (self.quiet or self.pool.healthy(now)):
+        outage = self._outage_since is not None  # heartbeats unreadable: not the children's fault
+        if self.stop_deadline is None and (self.quiet or outage or self.pool.healthy(now)):
             self._notify.watchdog(now)
 
     # -- embedded server ---------------------------------------------------------------------

@@ -64,7 +64,7 @@ class Daemon(DaemonProcess):
             kids = psutil.Process(self.pid).children()
         except psutil.NoSuchProcess:
             return []
-        return [k for k in kids if "forkq" in " ".join(k.cmdline())]
+        return [k for k in kids if "forkq" in _cmdline(k)]
 
     def log(self) -> str:
         """Everything the daemon logged so far."""
@@ -75,6 +75,14 @@ class Daemon(DaemonProcess):
         assert wait_for(lambda: len(self.children()) == count, timeout), (
             f"expected {count} children, log:\n{self.log()}")
         return self.children()
+
+
+def _cmdline(process: psutil.Process) -> str:
+    """A process's command line; "" once it has exited (it may be reaped at any moment)."""
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return ""
 
 
 @pytest.fixture

@@ -282,7 +282,7 @@ def test_hup_grows_and_shrinks_the_pool(r: redis.Redis, daemon: Start) -> None:
 
 def test_a_sigstopped_child_is_culled_and_its_job_runs_again(
         r: redis.Redis, daemon: Start) -> None:
-    d = daemon("concurrency: 2\nliveness_timeout: 4\nrequire: jobs\n")
+    d = daemon("concurrency: 2\nliveness_timeout: 10\nrequire: jobs\n")
     d.wait_children(2)
     jid = push(r, "Sleep", 3, "stopped")
     until(lambda: len(started(r)) == 1, 15, d.log())
@@ -290,7 +290,7 @@ def test_a_sigstopped_child_is_culled_and_its_job_runs_again(
 
     os.kill(frozen, signal.SIGSTOP)
     t0 = time.monotonic()
-    until(lambda: frozen not in child_pids(d) and len(d.children()) == 2, 4 + 5, d.log())
+    until(lambda: frozen not in child_pids(d) and len(d.children()) == 2, 10 + 5, d.log())
     print(f"culled and replaced {time.monotonic() - t0:.1f}s after SIGSTOP")
     assert f"(pid {frozen}) killed: no heartbeat for" in d.log()
     until(lambda: [x["jid"] for x in ran(r)] == [jid], 10, d.log())
@@ -298,7 +298,7 @@ def test_a_sigstopped_child_is_culled_and_its_job_runs_again(
 
 
 def test_a_cpu_bound_job_of_60s_is_not_culled(r: redis.Redis, daemon: Start) -> None:
-    d = daemon("concurrency: 1\nliveness_timeout: 5\nrequire: jobs\n")
+    d = daemon("concurrency: 1\nliveness_timeout: 10\nrequire: jobs\n")
     [child] = d.wait_children(1)
     push(r, "Spin", 60, "cpu")
     until(lambda: len(started(r)) == 1, 15, d.log())
@@ -426,7 +426,7 @@ def test_a_redis_outage_culls_no_child_and_loses_no_job(
     srv.start()
     try:
         rr = redis.Redis(unix_socket_path=srv.socket, protocol=2)
-        d = daemon("concurrency: 3\nliveness_timeout: 5\nrequire: jobs\n", redis_url=srv.url)
+        d = daemon("concurrency: 3\nliveness_timeout: 10\nrequire: jobs\n", redis_url=srv.url)
         pids = {p.pid for p in d.wait_children(3)}
         forkq.Client(rr).push_bulk({"class": "Tick", "args": [[i, 0.05] for i in range(600)]})
         until(lambda: rr.llen("test:ticks") >= 60, 20, d.log())

@@ -3,7 +3,8 @@
 -- KEYS[1]   this processor's in-flight list: empty, or exactly {queue key, job}
 -- KEYS[2]   stat:processed            KEYS[3]  stat:processed:<UTC date>
 -- KEYS[4..] queue:<name> lists, in the order to try (weighted shuffle or strict)
--- ARGV[1]   "1": the job in KEYS[1] completed: empty KEYS[1] and count it processed
+-- ARGV[1]   the job the processor completed, or "" for none: if KEYS[1] still holds
+--           exactly that job, empty KEYS[1] and count it processed
 -- ARGV[2]   "1": then fetch; "0": acknowledge only
 -- ARGV[3]   TTL in seconds of the daily stat key
 --
@@ -11,7 +12,12 @@
 -- from the right (oldest) end of the first non-empty queue into KEYS[1] together
 -- with the name of its queue, so that a crash at any moment leaves it recoverable
 -- (requeue.lua) and never only in a process's memory.
-if ARGV[1] == "1" then
+--
+-- Idempotent against a lost reply (the script ran, the connection dropped before
+-- the answer arrived, the processor calls again): the ack only removes the job it
+-- names, and a fetch first hands out a job KEYS[1] already holds, so a job moved
+-- in by the lost call is neither deleted nor stranded behind another.
+if ARGV[1] ~= "" and redis.call("LINDEX", KEYS[1], 1) == ARGV[1] then
   redis.call("DEL", KEYS[1])
   redis.call("INCR", KEYS[2])
   redis.call("INCR", KEYS[3])
@@ -19,6 +25,10 @@ if ARGV[1] == "1" then
 end
 if ARGV[2] ~= "1" then
   return false
+end
+local held = redis.call("LRANGE", KEYS[1], 0, 1)
+if #held == 2 then
+  return held
 end
 for i = 4, #KEYS do
   local job = redis.call("LMOVE", KEYS[i], KEYS[1], "RIGHT", "LEFT")
