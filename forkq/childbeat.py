@@ -10,7 +10,7 @@ stuck in C code that holds the GIL. Redis errors are swallowed: the main thread
 logs outages, and the master does not cull during one.
 
 ``job`` is set by the main thread (one attribute assignment, no lock) before
-and after each job: ``{"queue", "payload" (the raw job string), "run_at" (int
+and after each job: ``{"queue", "payload" (the raw job bytes, written as a string), "run_at" (int
 epoch, Sidekiq's field), "started" (float epoch), "class", "jid", "timeout"
 (seconds, 0 = none)}``.
 
@@ -109,7 +109,10 @@ class ChildBeat:
     def beat(self) -> None:
         """Write one heartbeat; a Redis error skips it."""
         self._seq += 1
-        entry = json.dumps({"at": time.time(), "seq": self._seq, "job": self.job})
+        job = self.job
+        if job is not None:
+            job = {**job, "payload": job["payload"].decode("utf-8", "replace")}
+        entry = json.dumps({"at": time.time(), "seq": self._seq, "job": job})
         try:
             with self._redis.pipeline(transaction=False) as pipe:
                 pipe.hset(self._key, str(self._pid), entry)

@@ -55,6 +55,7 @@ BACKOFF_BASE = 0.5
 MAX_BACKOFF = 30.0
 BOOT_ATTEMPTS = 5
 HARD_MEMORY_FACTOR = 1.5
+HEALTH_SLACK = 2.0  # seconds a stale child may wait for the next watch to cull it
 
 
 @dataclass
@@ -115,6 +116,10 @@ class Pool:
         """The ``:workers`` hash: child pid → busy entry, for children running a job."""
         return {str(c.pid): busy_entry(c.job) for c in self.children.values() if c.job}
 
+    def busy_count(self) -> int:
+        """How many children run a job (as their last heartbeat said)."""
+        return sum(1 for c in self.children.values() if c.job)
+
     def all_booted(self) -> bool:
         """Every slot has a child that reported ready."""
         booted = sum(1 for c in self.children.values() if c.booted and not c.retiring)
@@ -122,7 +127,7 @@ class Pool:
 
     def healthy(self, now: float) -> bool:
         """No child is overdue for culling and at least one has booted."""
-        limit = self.config.liveness_timeout + 2 * 1.0
+        limit = self.config.liveness_timeout + HEALTH_SLACK
         fresh = all(now - c.seen <= limit for c in self.children.values())
         return fresh and any(c.booted for c in self.children.values())
 

@@ -205,7 +205,7 @@ class Processor:
                              payload["args"])
         self._title(f"busy {context.name} jid={context.jid}")
         log.info("%s jid=%s start", context.name, context.jid)
-        self._beat.job = {"queue": fetched.queue, "payload": fetched.raw.decode("utf-8", "replace"),
+        self._beat.job = {"queue": fetched.queue, "payload": fetched.raw,
                           "run_at": int(now), "started": now, "class": context.name,
                           "jid": context.jid, "timeout": _timeout_of(payload)}
         started = time.monotonic()

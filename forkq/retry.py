@@ -5,7 +5,8 @@ later ones set ``retried_at`` and add one to ``retry_count``. ``retry: true``
 allows ``max_retries`` (25) retries, an int N allows N, ``0`` sends the job to
 the dead set at once, ``false`` drops it (counted as failed, kept nowhere).
 ``dead: false`` never buries. The delay is ``count**4 + 15 + rand(10)*(count+1)``
-seconds, where a job's ``retry_in(count, exc)`` may replace ``count**4``. The
+seconds, where a job's ``retry_in(count, exc)`` may replace ``count**4`` (if it
+raises or returns something other than a number, ``count**4`` stays). The
 queue becomes ``retry_queue`` when the payload has one. ``error_backtrace`` is
 ``base64(zlib(JSON(lines)))`` with Ruby's 60-column MIME lines.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import random
 import time
 import traceback
@@ -26,6 +28,8 @@ from typing import Any
 from forkq import keys
 from forkq import payload as payloads
 from forkq.scripts import source
+
+log = logging.getLogger(__name__)
 
 MESSAGE_LIMIT = 10_000
 
@@ -109,9 +113,23 @@ def plan(
     if allowed is None:
         return Failure("drop", payloads.encode(payload), now)
     if count < allowed:
-        base = retry_in(count, exc) if retry_in is not None else None
+        base = _base_delay(retry_in, count, exc)
         return Failure("retry", payloads.encode(payload), now + backoff(count, rng, base))
     return bury(payload, now)
+
+
+def _base_delay(retry_in: Any, count: int, exc: BaseException) -> float | None:
+    """The job's own base delay, or None for the default; application errors are contained."""
+    if retry_in is None:
+        return None
+    try:
+        value = retry_in(count, exc)
+    except Exception:  # a faulty retry_in must not lose the failure
+        log.exception("retry_in failed; using the default delay")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
 
 
 def bury(payload: payloads.Payload, now: float) -> Failure:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
 
 import redis
 
@@ -82,7 +81,7 @@ def settle(
                                 "its processor was killed")
         spec = registry.find(payload["class"])
         failure = retry.plan(payload, error, max_retries=max_retries, rng=rng, now=now,
-                             retry_in=_safe(spec.options.retry_in) if spec else None)
+                             retry_in=spec.options.retry_in if spec else None)
         return _file(client, gone, failure, raw, str(error))
     if gone.cause == "crash":
         kills = _count_kill(client, str(payload.get("jid")))
@@ -106,21 +105,6 @@ def _file(
     retry.file(client, gone.inflight_key, failure)
     client.srem(keys.INFLIGHT_REGISTRY, gone.inflight_key)
     return Settled(failure.mode, raw, detail)
-
-
-def _safe(retry_in: Any) -> Any:
-    """The job's ``retry_in`` run in the master: an error or a non-number means the default."""
-    if retry_in is None:
-        return None
-
-    def guarded(count: int, exc: BaseException) -> float | None:
-        try:
-            value = retry_in(count, exc)
-        except Exception:  # noqa: BLE001 - application code must not kill the master
-            return None
-        return float(value) if isinstance(value, int | float) else None
-
-    return guarded
 
 
 def _count_kill(client: redis.Redis, jid: str) -> int:

@@ -342,7 +342,7 @@ class Supervisor:
     # -- reporting ---------------------------------------------------------------------------
 
     def _status_text(self) -> str:
-        busy = f"{len(self.pool.busy())} of {self.config.concurrency} busy"
+        busy = f"{self.pool.busy_count()} of {self.config.concurrency} busy"
         return f"{busy}{self._state()}; queues {_queues(self.config)}"
 
     def _state(self) -> str:
@@ -351,7 +351,7 @@ class Supervisor:
     def _report(self, now: float) -> None:
         """Process title, and systemd's READY, STATUS and WATCHDOG."""
         tag = f" {self.config.tag}" if self.config.tag else ""
-        setproctitle(f"forkq {__version__}{tag} [{len(self.pool.busy())} of "
+        setproctitle(f"forkq {__version__}{tag} [{self.pool.busy_count()} of "
                      f"{self.config.concurrency} busy]{self._state()}")
         status = self._status_text()
         if not self._ready_sent and self.pool.all_booted():

@@ -9,6 +9,7 @@ starts is stopped in teardown by its pid, children included, also on failure.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -129,6 +130,11 @@ def run_forkq(*args: str, cwd: str | Path | None = None, timeout: float = 60,
     environ = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}", **(env or {})}
     return subprocess.run([sys.executable, "-m", "forkq", *args], cwd=cwd, env=environ,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def records(r: redis.Redis, key: str = "test:ran") -> list[dict[str, Any]]:
+    """The JSON rows a test job appended to ``key`` (see tests/jobs.py)."""
+    return [json.loads(x) for x in r.lrange(key, 0, -1)]
 
 
 def until(condition: Callable[[], Any], timeout: float = 15, message: str = "") -> None:

@@ -15,7 +15,7 @@ import redis
 
 from forkq.client import Client
 
-from .conftest import elapsed_since, until
+from .conftest import elapsed_since, records, until
 
 WEIGHTED = """
 concurrency: 4
@@ -26,10 +26,6 @@ queues:
   - [default, 2]
   - low
 """
-
-
-def _records(r: redis.Redis, key: str = "test:ran") -> list[dict[str, Any]]:
-    return [json.loads(x) for x in r.lrange(key, 0, -1)]
 
 
 def _settled(r: redis.Redis, total: int) -> bool:
@@ -45,15 +41,15 @@ def test_weighted_queues_run_every_job_once_in_order_and_share(r: redis.Redis,
         jids.update({jid: (queue, n) for n, jid in enumerate(pushed)})
     daemon(WEIGHTED)
     until(lambda: _settled(r, len(jids)), 120, "not all jobs ran")
-    records = _records(r)
-    runs = Counter(rec["jid"] for rec in records)
+    rows = records(r)
+    runs = Counter(rec["jid"] for rec in rows)
     assert set(runs) == set(jids) and max(runs.values()) == 1, "every job exactly once"
     by_child: dict[tuple[int, str], list[int]] = defaultdict(list)
-    for rec in records:
+    for rec in rows:
         by_child[(rec["pid"], rec["queue"])].append(rec["args"][1])
     for seqs in by_child.values():
         assert seqs == sorted(seqs), "each child fetched each queue oldest-first (FIFO)"
-    window = Counter(rec["queue"] for rec in records[:6000])
+    window = Counter(rec["queue"] for rec in rows[:6000])
     assert max(window.values()) < per_queue, "all queues stayed non-empty in the window"
     shares = {q: window[q] / 6000 for q in window}
     for queue, expected in (("critical", 3 / 6), ("default", 2 / 6), ("low", 1 / 6)):
@@ -68,10 +64,10 @@ def test_strict_order_runs_low_only_when_the_others_are_empty(r: redis.Redis,
                           "args": [[n] for n in range(200)]})
     daemon(WEIGHTED + "strict: true\n")
     until(lambda: _settled(r, 600), 60)
-    records = _records(r)
-    assert len(records) == 600
-    assert all(rec["critical"] == 0 for rec in records if rec["queue"] == "default")
-    assert all(rec["critical"] == rec["default"] == 0 for rec in records
+    rows = records(r)
+    assert len(rows) == 600
+    assert all(rec["critical"] == 0 for rec in rows if rec["queue"] == "default")
+    assert all(rec["critical"] == rec["default"] == 0 for rec in rows
                if rec["queue"] == "low")
 
 
@@ -123,12 +119,12 @@ def test_a_killed_childs_job_completes_in_a_replacement(r: redis.Redis,
     d = daemon("concurrency: 1\nrequire: jobs\n")
     Client(r).push({"class": "Sleep", "args": [5, "long"]})
     until(lambda: r.llen("test:started") == 1)
-    victim = _records(r, "test:started")[0]["pid"]
+    victim = records(r, "test:started")[0]["pid"]
     os.kill(victim, signal.SIGKILL)
     until(lambda: r.llen("test:ran") == 1, 20, "the job did not complete after the kill")
-    starts = _records(r, "test:started")
+    starts = records(r, "test:started")
     assert len(starts) == 2 and starts[1]["pid"] != victim
-    assert _records(r)[0]["pid"] == starts[1]["pid"]
+    assert records(r)[0]["pid"] == starts[1]["pid"]
     assert "killed by signal SIGKILL" in d.log()
 
 
@@ -147,14 +143,14 @@ def test_random_child_kills_lose_no_job(r: redis.Redis, daemon: Any) -> None:
             victim = rng.choice(candidates)
             os.kill(victim, signal.SIGKILL)
             killed.add(victim)
-    until(lambda: len({rec["marker"] for rec in _records(r)}) == total, 120, "jobs lost")
+    until(lambda: len({rec["marker"] for rec in records(r)}) == total, 120, "jobs lost")
     until(lambda: r.llen("queue:default") == 0 and not r.keys("forkq:inflight:*:*"))
     assert r.llen("test:ran") - total <= len(killed)
-    starts = Counter(rec["marker"] for rec in _records(r, "test:started"))
+    starts = Counter(rec["marker"] for rec in records(r, "test:started"))
     repeated = {m for m, n in starts.items() if n > 1}
     assert len(repeated) <= len(killed)
     first_pid = {}
-    for rec in _records(r, "test:started"):
+    for rec in records(r, "test:started"):
         first_pid.setdefault(rec["marker"], rec["pid"])
     assert all(first_pid[m] in killed for m in repeated), "only jobs killed mid-run ran twice"
 
@@ -205,7 +201,7 @@ def test_payloads_never_import_or_call_by_name(r: redis.Redis, daemon: Any,
     until(lambda: r.zcard("dead") == 7)
     Client(r).push({"class": "Record", "args": ["after"]})
     until(lambda: r.llen("test:ran") == 1)
-    assert _records(r)[0]["pid"] == child.pid, "the same child kept processing"
+    assert records(r)[0]["pid"] == child.pid, "the same child kept processing"
     assert not proof.exists()
     dead = [json.loads(x) for x in r.zrange("dead", 0, -1)]
     errors = sorted(f"{d['error_class']}: {d['error_message']}" for d in dead)

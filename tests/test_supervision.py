@@ -26,7 +26,7 @@ import forkq
 from forkq.daemon import wait_for
 from forkq.embedded import EmbeddedServer, find_binary
 
-from .conftest import Daemon, until
+from .conftest import Daemon, records, until
 
 Start = Callable[..., Daemon]
 
@@ -38,11 +38,20 @@ def push(r: redis.Redis, job: str, *args: Any, queue: str = "default") -> str:
 
 
 def started(r: redis.Redis) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in r.lrange("test:started", 0, -1)]
+    return records(r, "test:started")
 
 
 def ran(r: redis.Redis) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in r.lrange("test:ran", 0, -1)]
+    return records(r, "test:ran")
+
+
+def running(r: redis.Redis, d: Daemon, children: int, job: str, *args: Any,
+            queue: str = "default") -> str:
+    """Wait for ``children`` children, push ``job`` and wait until it has started; its jid."""
+    d.wait_children(children)
+    jid = push(r, job, *args, queue=queue)
+    until(lambda: any(x["jid"] == jid for x in started(r)), 15, d.log())
+    return jid
 
 
 def identity(r: redis.Redis) -> str:
@@ -102,9 +111,7 @@ def test_quiet_finishes_running_jobs_fetches_no_more_and_keeps_beating(
         r: redis.Redis, daemon: Start, signum: signal.Signals) -> None:
     d = daemon("concurrency: 3\nrequire: jobs\n")
     me = identity(r)
-    d.wait_children(3)
-    push(r, "Sleep", 3, "running")
-    until(lambda: len(started(r)) == 1, 15, d.log())
+    running(r, d, 3, "Sleep", 3, "running")
 
     d.signal(signum)
     until(lambda: r.hget(me, "quiet") == b"true", 3, "quiet did not reach the process record")
@@ -126,9 +133,7 @@ def test_quiet_finishes_running_jobs_fetches_no_more_and_keeps_beating(
 def test_ttin_logs_the_stack_of_the_master_and_of_each_child_with_its_job(
         r: redis.Redis, daemon: Start) -> None:
     d = daemon("concurrency: 2\ntimeout: 1\nrequire: jobs\n")
-    d.wait_children(2)
-    jid = push(r, "Sleep", 30, "dump")
-    until(lambda: len(started(r)) == 1, 15, d.log())
+    jid = running(r, d, 2, "Sleep", 30, "dump")
 
     d.signal(signal.SIGTTIN)
     until(lambda: "TTIN: idle" in d.log() and f"TTIN: running Sleep jid={jid}" in d.log(), 5,
@@ -165,9 +170,7 @@ def test_usr2_reopens_the_log_file_in_the_master_and_the_children(
 def test_children_ignore_signals_sent_to_the_whole_process_group(
         r: redis.Redis, daemon: Start) -> None:
     d = daemon("concurrency: 2\ntimeout: 20\nrequire: jobs\n", new_session=True)
-    d.wait_children(2)
-    jid = push(r, "Sleep", 2, "group")
-    until(lambda: len(started(r)) == 1, 15, d.log())
+    jid = running(r, d, 2, "Sleep", 2, "group")
     pids = child_pids(d)
 
     os.killpg(d.pid, signal.SIGTSTP)  # as a terminal's Ctrl-Z
@@ -213,9 +216,7 @@ def _share(r: redis.Redis, after: float, until_t: float, queue: str) -> tuple[fl
 def test_hup_applies_new_weights_within_5s_and_a_running_job_completes(
         r: redis.Redis, daemon: Start) -> None:
     d = daemon("concurrency: 3\nstrict: false\nrequire: jobs\nqueues:\n  - [aa, 3]\n  - [bb, 1]\n")
-    d.wait_children(3)
-    long_jid = push(r, "Sleep", 10, "long", queue="aa")
-    until(lambda: len(started(r)) == 1, 15, d.log())
+    long_jid = running(r, d, 3, "Sleep", 10, "long", queue="aa")
     client = forkq.Client(r)
     for queue in ("aa", "bb"):
         client.push_bulk({"class": "Tick", "queue": queue,
@@ -283,9 +284,7 @@ def test_hup_grows_and_shrinks_the_pool(r: redis.Redis, daemon: Start) -> None:
 def test_a_sigstopped_child_is_culled_and_its_job_runs_again(
         r: redis.Redis, daemon: Start) -> None:
     d = daemon("concurrency: 2\nliveness_timeout: 10\nrequire: jobs\n")
-    d.wait_children(2)
-    jid = push(r, "Sleep", 3, "stopped")
-    until(lambda: len(started(r)) == 1, 15, d.log())
+    jid = running(r, d, 2, "Sleep", 3, "stopped")
     frozen = started(r)[0]["pid"]
 
     os.kill(frozen, signal.SIGSTOP)
@@ -300,8 +299,7 @@ def test_a_sigstopped_child_is_culled_and_its_job_runs_again(
 def test_a_cpu_bound_job_of_60s_is_not_culled(r: redis.Redis, daemon: Start) -> None:
     d = daemon("concurrency: 1\nliveness_timeout: 10\nrequire: jobs\n")
     [child] = d.wait_children(1)
-    push(r, "Spin", 60, "cpu")
-    until(lambda: len(started(r)) == 1, 15, d.log())
+    running(r, d, 1, "Spin", 60, "cpu")
     until(lambda: len(ran(r)) == 1, 75, d.log())
     assert ran(r)[0]["pid"] == child.pid
     assert "killed" not in d.log()

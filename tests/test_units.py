@@ -137,6 +137,19 @@ def test_retry_false_drops_and_dead_false_never_buries() -> None:
     assert retry.plan(kept, exc, max_retries=25, rng=random.Random(), now=2.0).mode == "drop"
 
 
+def test_retry_in_sets_the_base_delay_and_a_faulty_one_falls_back_to_the_default() -> None:
+    def boom(count: int, exc: BaseException) -> float:
+        raise KeyError("app bug")
+
+    exc = RuntimeError("x")
+    for retry_in, low, high in [(lambda c, e: 1000, 1015, 1024), (boom, 15, 24),
+                                (lambda c, e: "soon", 15, 24), (None, 15, 24)]:
+        payload = job.build("X", [], queue="q", now=1.0)
+        planned = retry.plan(payload, exc, max_retries=25, rng=random.Random(0), now=0.0,
+                             retry_in=retry_in)
+        assert planned.mode == "retry" and low <= planned.score <= high, (retry_in, planned)
+
+
 def test_backtrace_is_rubys_mime_base64() -> None:
     text = retry.compress_backtrace([f"line {n}" for n in range(50)])
     assert all(len(line) <= 60 for line in text.split("\n")) and text.endswith("\n")
