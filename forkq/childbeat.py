@@ -14,6 +14,13 @@ and after each job: ``{"queue", "payload" (the raw job bytes, written as a strin
 epoch, Sidekiq's field), "started" (float epoch), "class", "jid", "timeout"
 (seconds, 0 = none)}``.
 
+Master death: a child whose master is gone (SIGKILLed, OOM-killed) finishes its
+current job and exits, as on a graceful stop; if the job is still running
+``orphan_grace`` seconds (the ``timeout`` setting) after the thread noticed,
+the thread ends the process, as the master would have killed it at the stop
+deadline. Its beats then stop, and 60 s later the scheduler leader recovers
+its job (:mod:`forkq.orphans`).
+
 Two signals are acted on here rather than in the main thread, which may be busy
 in a job for a long time: their handlers only set a flag and write a byte to the
 thread's wake pipe (no lock is taken in a handler). TTIN logs the main thread's
@@ -43,13 +50,18 @@ from forkq import keys, logs
 log = logging.getLogger(__name__)
 
 INTERVAL = 2.0
+EXIT_ORPHANED = 75  # EX_TEMPFAIL
 
 
 class ChildBeat:
     """The heartbeat thread of one processor child. Start it after fork, in the child."""
 
-    def __init__(self, client: redis.Redis, identity: str, pid: int) -> None:
+    def __init__(self, client: redis.Redis, identity: str, pid: int, *, master_pid: int,
+                 orphan_grace: float) -> None:
         self.job: dict[str, Any] | None = None
+        self._master_pid = master_pid
+        self._orphan_grace = orphan_grace
+        self._orphaned_at: float | None = None
         self._redis = client
         self._key = keys.beats(identity)
         self._pid = pid
@@ -103,8 +115,21 @@ class ChildBeat:
                 self._reopen = False
                 logs.reopen()
                 log.info("log file reopened")
+            self._check_master()
             self.beat()
             self._sleep()
+
+    def _check_master(self) -> None:
+        """End the process once it has outlived its master by ``orphan_grace`` seconds."""
+        if os.getppid() == self._master_pid:
+            return
+        now = time.monotonic()
+        if self._orphaned_at is None:
+            self._orphaned_at = now
+        elif now - self._orphaned_at > self._orphan_grace:
+            log.error("master (pid %d) gone %.0fs ago and still busy: exiting; the scheduler "
+                      "leader recovers the job", self._master_pid, now - self._orphaned_at)
+            os._exit(EXIT_ORPHANED)
 
     def beat(self) -> None:
         """Write one heartbeat; a Redis error skips it."""

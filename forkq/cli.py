@@ -51,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="single pushes to an idle daemon for the latency figures")
     bench.add_argument("--sidekiq", action="store_true",
                        help="also run the jobs through Ruby's Sidekiq (ruby-sidekiq) to compare")
+    bench.add_argument("--scheduled", type=int, default=0, metavar="N",
+                       help="instead: schedule N jobs over --over seconds; print how late "
+                       "they start and whether each ran exactly once")
+    bench.add_argument("--over", type=float, default=30.0, help="seconds (with --scheduled)")
+    bench.add_argument("--daemons", type=int, default=2,
+                       help="forkq daemons sharing the server (with --scheduled)")
     bench.add_argument("--redis-url", default=None,
                        help="use this server (default: a private throwaway server)")
     bench.set_defaults(func=_bench)
@@ -65,6 +71,7 @@ def _version(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from forkq import periodic
     from forkq.processor import MIDDLEWARE
     from forkq.registry import REGISTRY
     from forkq.supervisor import Supervisor
@@ -72,6 +79,7 @@ def _run(args: argparse.Namespace) -> int:
     settings = config.load(args, os.environ)
     logs.configure(settings.log_level, settings.log_file)
     config.import_required(settings)
+    periodic.check_jobs(settings, REGISTRY)
     return Supervisor(settings, registry=REGISTRY, middleware=MIDDLEWARE,
                       reload=lambda: config.load(args, os.environ)).run()
 
@@ -84,6 +92,12 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.scheduled:
+        from forkq import benchsched
+
+        return benchsched.run(jobs=args.scheduled, over=args.over, daemons=args.daemons,
+                              concurrency=args.concurrency, redis_url=args.redis_url,
+                              sidekiq=args.sidekiq)
     from forkq import bench
 
     return bench.run(jobs=args.jobs, concurrency=args.concurrency,

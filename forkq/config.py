@@ -41,6 +41,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 
 from forkq.errors import ConfigError
+from forkq.periodic import Periodic, read_entries
 from forkq.settingkinds import (
     BOOL,
     FLOAT,
@@ -61,6 +62,8 @@ from forkq.settingkinds import (
     not_empty,
     one_of,
 )
+
+PERIODIC = Kind("list of periodic jobs", read_entries)
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,12 @@ class Config:
     max_jobs: int = 0
     log_file: str = ""
     pid_file: str = ""
+    scheduler: bool = True
+    leader_lease_ttl: float = 10.0
+    leader_renew_interval: float = 2.0
+    orphan_sweep_interval: float = 5.0
+    periodic: tuple[Periodic, ...] = ()
+    periodic_grace: float = 60.0
     environment: str = ""
     config_file: str | None = None
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -155,6 +164,18 @@ SETTINGS: tuple[Setting, ...] = (
             "FORKQ_LOG_FILE", ("--logfile",), metavar="PATH"),
     Setting("pid_file", STR, "write the master's pid to this file", "FORKQ_PID_FILE",
             ("-P", "--pidfile"), metavar="PATH"),
+    Setting("scheduler", BOOL, "fork a scheduler that campaigns to lead the cluster's scheduling",
+            "FORKQ_SCHEDULER"),
+    Setting("leader_lease_ttl", FLOAT, "the leader's lease, seconds: a dead leader is replaced "
+            "within this", "FORKQ_LEADER_LEASE_TTL", check=at_least(2)),
+    Setting("leader_renew_interval", FLOAT, "how often the leader renews its lease, seconds; "
+            "under half of leader_lease_ttl", "FORKQ_LEADER_RENEW_INTERVAL", check=at_least(0.1)),
+    Setting("orphan_sweep_interval", FLOAT, "how often the leader looks for jobs held by dead "
+            "processes, seconds", "FORKQ_ORPHAN_SWEEP_INTERVAL", check=at_least(0.5)),
+    Setting("periodic", PERIODIC, "periodic (cron) jobs: name, cron, class, args, queue, "
+            "timezone, missed"),
+    Setting("periodic_grace", FLOAT, "a periodic tick not enqueued this many seconds after its "
+            "time counts as missed", "FORKQ_PERIODIC_GRACE", check=at_least(0)),
     Setting("environment", STR, "environment section of the YAML to apply", "FORKQ_ENV",
             ("-e", "--environment"), metavar="ENV", in_file=False),
     Setting("config_file", STR, "YAML config file", "FORKQ_CONFIG", ("-C", "--config"),
@@ -212,7 +233,20 @@ def _build(layers: Sequence[_Layer]) -> Config:
         values["strict"] = all(weight == 1 for _, weight in values.get("queues", Config.queues))
     if values.get("config_file"):
         values["config_file"] = os.path.abspath(values["config_file"])
-    return Config(**values, origins=MappingProxyType(origins))
+    built = Config(**values, origins=MappingProxyType(origins))
+    _check_together(built)
+    return built
+
+
+def _check_together(config: Config) -> None:
+    """Checks across settings; the message names the setting given last in the pair."""
+    if config.leader_renew_interval * 2 > config.leader_lease_ttl:
+        name = "leader_renew_interval"
+        if config.origin(name) == "default":
+            name = "leader_lease_ttl"
+        raise ConfigError(f"{config.origin(name)}: {name}: leader_renew_interval "
+                          f"({config.leader_renew_interval:g}s) must be at most half of "
+                          f"leader_lease_ttl ({config.leader_lease_ttl:g}s)")
 
 
 def _from_texts(setting: Setting, texts: list[str], where: str) -> object:

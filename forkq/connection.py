@@ -46,3 +46,13 @@ def connect(
         resolved, protocol=2, socket_connect_timeout=5, socket_timeout=socket_timeout,
         decode_responses=False, **tcp
     )
+
+
+def text(value: bytes | str) -> str:
+    """A Redis reply value as text (replies are bytes; typed as bytes | str by redis-py)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def raw(value: bytes | str) -> bytes:
+    """A Redis reply value as bytes."""
+    return value if isinstance(value, bytes) else value.encode()

@@ -41,8 +41,10 @@ class ChildBeat:
     job: dict[str, Any] | None
 
 
-def process_info(config: Config, identity: str, pid: int, started_at: float) -> str:
-    """The ``info`` JSON: Sidekiq's fields (identity = the hash key) plus version and weights."""
+def process_info(config: Config, identity: str, pid: int, started_at: float, *,
+                 leader: bool = False) -> str:
+    """The ``info`` JSON: Sidekiq's fields (identity = the hash key) plus version, weights and
+    whether this daemon's scheduler leads the cluster."""
     return wirejson.dumps({
         "hostname": hostname(),
         "started_at": started_at,
@@ -55,6 +57,7 @@ def process_info(config: Config, identity: str, pid: int, started_at: float) -> 
         "identity": identity,
         "version": __version__,
         "embedded": False,
+        "leader": leader,
     })
 
 

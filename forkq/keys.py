@@ -34,7 +34,17 @@ forkq's own keys:
   JSON ``{"at", "seq", "job"}``, written by the child every couple of seconds; the
   master reads it to fill ``:workers``, cull stale children and enforce job timeouts.
 - ``forkq:kills:<jid>`` — string, 7 days — how many processors died while running
-  this job; at 3 the job goes to the dead set instead of back to its queue.
+  this job (a recovery by the leader counts too); at 3 the job goes to the dead set
+  instead of back to its queue.
+- ``forkq:leader`` — string, ``leader_lease_ttl`` — the scheduler leader's lease: its
+  owner token ``<identity>:<scheduler pid>:<8 hex>``, new for every term. Taken with
+  ``SET NX PX``; renewed and released only by its owner (lease.lua); every script
+  the leader runs first checks that it still holds this token (fencing).
+- ``dear-leader`` — string, same TTL — the leader's master identity, mirrored for
+  Sidekiq's ``ProcessSet#leader`` and the Web UI's "leader" badge; left alone when
+  it names a process forkq did not write (Sidekiq Enterprise's own lease).
+- ``forkq:periodic`` — hash, no TTL — periodic job name → epoch of the last tick
+  handled (enqueued or skipped), so each tick is enqueued once across the cluster.
 
 The identity is Sidekiq's ``<hostname>:<master pid>:<12 hex>``.
 """
@@ -50,6 +60,9 @@ DEAD = "dead"
 STAT_PROCESSED = "stat:processed"
 STAT_FAILED = "stat:failed"
 INFLIGHT_REGISTRY = "forkq:inflight"
+LEADER = "forkq:leader"
+DEAR_LEADER = "dear-leader"
+PERIODIC = "forkq:periodic"
 
 PROCESSES = "processes"
 QUEUE_PREFIX = "queue:"
@@ -70,9 +83,20 @@ def queue_name(key: str) -> str:
     return key[len(QUEUE_PREFIX):] if key.startswith(QUEUE_PREFIX) else key
 
 
+INFLIGHT_PREFIX = "forkq:inflight:"
+
+
 def inflight(identity: str, pid: int) -> str:
     """The in-flight list of one processor child."""
-    return f"forkq:inflight:{identity}:{pid}"
+    return f"{INFLIGHT_PREFIX}{identity}:{pid}"
+
+
+def inflight_owner(key: str) -> str | None:
+    """The process identity an in-flight list belongs to; None for a key of another shape."""
+    if not key.startswith(INFLIGHT_PREFIX):
+        return None
+    identity, _, pid = key[len(INFLIGHT_PREFIX):].rpartition(":")
+    return identity if identity and pid.isdigit() else None
 
 
 def utc_date(now: float | None = None) -> str:

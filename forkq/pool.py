@@ -186,9 +186,7 @@ class Pool:
         code = EXIT_CHILD_BOOT
         try:
             self._in_child()
-            for child in self.children.values():
-                if child.report_fd is not None:
-                    os.close(child.report_fd)
+            self.close_reports()
             processor = Processor(self.config, identity=self.identity, slot=slot,
                                   registry=self.registry, middleware=self.middleware,
                                   report_fd=report_fd)
@@ -198,6 +196,13 @@ class Pool:
             code = 70  # EX_SOFTWARE
         finally:
             os._exit(code)
+
+    def close_reports(self) -> None:
+        """In a freshly forked child: close the master's ends of the boot-report pipes."""
+        for child in self.children.values():
+            if child.report_fd is not None:
+                os.close(child.report_fd)
+                child.report_fd = None
 
     def read_reports(self, ready: list[int]) -> None:
         """Read the boot reports of the children whose pipes are readable."""

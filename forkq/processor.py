@@ -136,7 +136,7 @@ class Processor:
         self.master_pid = os.getppid()
         logs.set_role(f"processor-{self.slot}")
         for signum in IGNORED_SIGNALS:  # a no-op handler, not SIG_IGN, which programs
-            signal.signal(signum, _ignore)  # that jobs start would inherit
+            signal.signal(signum, ignore_signal)  # that jobs start would inherit
         self._pipe = SelfPipe([STOP_SIGNAL])
         random.seed()
         self._rng = random.Random()
@@ -156,7 +156,8 @@ class Processor:
         self._beat = ChildBeat(
             connect(self.config.redis_url, embedded_dir=self.config.embedded_dir,
                     socket_timeout=2),
-            self.identity, os.getpid())
+            self.identity, os.getpid(), master_pid=self.master_pid,
+            orphan_grace=self.config.timeout)
         self._beat.start()
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED)
         hooks.run("child_boot", strict=True)
@@ -277,7 +278,7 @@ class Processor:
         setproctitle(f"forkq {__version__}{tag} processor-{self.slot} {state}")
 
 
-def _ignore(signum: int, frame: FrameType | None) -> None:
+def ignore_signal(signum: int, frame: FrameType | None) -> None:
     """Handler of the signals a child ignores (the wakeup fd byte is dropped by SelfPipe)."""
 
 

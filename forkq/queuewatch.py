@@ -1,11 +1,12 @@
-"""How an idle processor waits for work without polling.
+"""How an idle processor (or the scheduler) waits for a change without polling.
 
 :class:`QueueWatch` keeps one extra connection that has asked the server for
-broadcast invalidations of every key under ``queue:`` (``CLIENT TRACKING ON
+broadcast invalidations of every key under some prefixes (``CLIENT TRACKING ON
 REDIRECT <itself> BCAST PREFIX queue:``, Redis >= 6.0 / Valkey) and subscribes to
-``__redis__:invalidate``. Any push to any queue, by any client (Ruby's too),
+``__redis__:invalidate``. Any write to such a key, by any client (Ruby's too),
 makes that connection readable within a millisecond, so an idle processor
-blocks in ``select`` and fetches again when woken. Messages only ever cause an
+blocks in ``select`` and fetches again when woken. The scheduler watches
+``schedule``, ``retry`` and ``forkq:leader`` the same way. Messages only ever cause an
 extra fetch, never a missed one: the watch is armed before the processor's
 first fetch and stays armed.
 
@@ -31,9 +32,9 @@ CHANNEL = "__redis__:invalidate"
 class QueueWatch:
     """Readable-when-a-queue-changes connection for one processor."""
 
-    def __init__(self, redis_client: Any, prefix: str = "queue:") -> None:
+    def __init__(self, redis_client: Any, prefixes: tuple[str, ...] = ("queue:",)) -> None:
         self._pool = redis_client.connection_pool
-        self._prefix = prefix
+        self._prefixes = prefixes
         self._conn: Any = None
         self._refused = False
 
@@ -47,9 +48,9 @@ class QueueWatch:
             conn.connect()
             conn.send_command("CLIENT", "ID")
             client_id = conn.read_response()
-            conn.send_command(
-                "CLIENT", "TRACKING", "ON", "REDIRECT", client_id, "BCAST", "PREFIX", self._prefix
-            )
+            prefixes = [word for prefix in self._prefixes for word in ("PREFIX", prefix)]
+            conn.send_command("CLIENT", "TRACKING", "ON", "REDIRECT", client_id, "BCAST",
+                              *prefixes)
             conn.read_response()
             conn.send_command("SUBSCRIBE", CHANNEL)
             conn.read_response()

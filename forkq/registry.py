@@ -50,7 +50,8 @@ class JobOptions:
 
     def merged(self, **overrides: Any) -> JobOptions:
         """A copy with ``overrides`` applied; unknown names go to ``extra``."""
-        known = {k: v for k, v in overrides.items() if k in {"queue", "retry", "backtrace"}}
+        known = {k: v for k, v in overrides.items()
+                 if k in {"queue", "retry", "backtrace", "retry_in"}}
         extra = {k: v for k, v in overrides.items() if k not in known}
         _check_options(known)
         return replace(self, extra={**self.extra, **extra}, **known)
@@ -267,3 +268,6 @@ def _check_options(options: dict[str, Any]) -> None:
     backtrace = options.get("backtrace", False)
     if not isinstance(backtrace, (bool, int)) or backtrace < 0:
         raise ValueError(f"job option backtrace must be a bool or an int >= 0, got {backtrace!r}")
+    retry_in = options.get("retry_in")
+    if retry_in is not None and not callable(retry_in):
+        raise ValueError(f"job option retry_in must be a function (count, exc), got {retry_in!r}")

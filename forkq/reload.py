@@ -5,8 +5,9 @@ acts on the result. A reload takes every setting from the new file except
 :data:`RESTART_ONLY` ones, which keep their running value (with a warning),
 because changing them means a new Redis connection, new code, or a new log or
 pid file. Settings the master alone uses (:data:`MASTER_ONLY`) apply at once;
-a change to any other setting retires every child after its current job, and
-its replacement starts with the new configuration.
+a change to a scheduler setting (:data:`SCHEDULER_ONLY`) replaces the scheduler
+child only; a change to any other setting retires every child after its current
+job, and its replacement starts with the new configuration.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from forkq.config import Config
 RESTART_ONLY = frozenset({"redis_url", "require", "embedded_dir", "log_file", "pid_file",
                           "config_file", "environment"})
 MASTER_ONLY = frozenset({"concurrency", "timeout", "job_timeout", "liveness_timeout", "labels"})
+SCHEDULER_ONLY = frozenset({"scheduler", "leader_lease_ttl", "leader_renew_interval",
+                            "orphan_sweep_interval", "periodic", "periodic_grace"})
 
 
 def changes(old: Config, new: Config) -> dict[str, tuple[Any, Any]]:
@@ -39,6 +42,11 @@ def merge(old: Config, new: Config) -> tuple[Config, list[str]]:
 
 def needs_new_children(diff: dict[str, tuple[Any, Any]]) -> bool:
     """Whether the running children must be replaced for ``diff`` to take effect."""
+    return any(name not in MASTER_ONLY | SCHEDULER_ONLY for name in diff)
+
+
+def needs_new_scheduler(diff: dict[str, tuple[Any, Any]]) -> bool:
+    """Whether the scheduler child must be replaced (it hands over and a new one campaigns)."""
     return any(name not in MASTER_ONLY for name in diff)
 
 

@@ -159,7 +159,7 @@ def accept(value: Any) -> None:
     """The check of a setting whose kind already says everything."""
 
 
-def at_least(low: int) -> Callable[[Any], None]:
+def at_least(low: float) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if value < low:
             raise InvalidError(f"must be at least {low}, got {value}")

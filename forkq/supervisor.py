@@ -41,7 +41,7 @@ import psutil
 import redis
 from setproctitle import setproctitle
 
-from forkq import __version__, heartbeat, logs, pidfile, reload
+from forkq import __version__, heartbeat, lease, logs, periodic, pidfile, reload
 from forkq.config import Config
 from forkq.connection import EMBEDDED, connect
 from forkq.embedded import EmbeddedServer
@@ -49,6 +49,7 @@ from forkq.errors import EXIT_CHILD_BOOT, EXIT_OK, ConfigError
 from forkq.pool import Pool
 from forkq.processor import ServerChain
 from forkq.registry import Registry
+from forkq.schedslot import SchedulerSlot
 from forkq.sdnotify import Notifier
 from forkq.signals import SelfPipe
 
@@ -111,6 +112,7 @@ class Supervisor:
         self._outage_since: float | None = None
         self._ready_sent = False
         self._status = ""
+        self._leader = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -127,6 +129,8 @@ class Supervisor:
             self.pool = Pool(self.config, client=self.redis, identity=self.identity,
                              registry=self.registry, middleware=self.middleware,
                              in_child=self._in_child)
+            self.scheduler = SchedulerSlot(self.config, identity=self.identity,
+                                           registry=self.registry, in_child=self._in_child)
             self._info = self._process_info()
             log.info("forkq %s starting: identity %s, %d processors, queues %s%s",
                      __version__, self.identity, self.config.concurrency,
@@ -150,6 +154,7 @@ class Supervisor:
         """Run in a freshly forked child: drop what belongs to the master."""
         self._pipe.close()
         self._notify.close()
+        self.pool.close_reports()
         for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
             os.environ.pop(name, None)
 
@@ -161,6 +166,9 @@ class Supervisor:
         self.pool.read_reports(ready)
         respawn = self.stop_deadline is None and not self.quiet
         gone = [child.pid for child in self.pool.reap(respawn=respawn)]
+        scheduler = self.scheduler.reap()
+        if scheduler is not None:
+            gone.append(scheduler)
         if gone:
             self._guarded(lambda: heartbeat.forget_children(self.redis, self.identity, gone))
         now = time.monotonic()
@@ -175,6 +183,7 @@ class Supervisor:
             self.pool.settle_all()  # slots that are not refilled (quiet, shrunk) settle too
             if not self.quiet:
                 self.pool.top_up(now)
+                self.scheduler.top_up(now)
         if now >= self._next_beat:
             self._next_beat = now + BEAT_INTERVAL
             self._beat()
@@ -184,9 +193,9 @@ class Supervisor:
         wake = [now + min(LOOP_WAIT, self._notify.watchdog_interval or LOOP_WAIT)]
         if self.stop_deadline is not None and self.stop_deadline > now:
             wake.append(self.stop_deadline)
-        backoff = self.pool.next_wake(now)
-        if backoff is not None:
-            wake.append(backoff)
+        for backoff in (self.pool.next_wake(now), self.scheduler.next_wake(now)):
+            if backoff is not None:
+                wake.append(backoff)
         return max(min(wake) - now, 0.0)
 
     def dispatch(self, signum: signal.Signals) -> None:
@@ -204,6 +213,7 @@ class Supervisor:
             self._notify.stopping()
             self.stop_deadline = time.monotonic() + self.config.timeout
             self.pool.retire()
+            self.scheduler.retire()
             self._next_beat = 0.0
         else:
             log.warning("Second stop signal: stopping now")
@@ -215,6 +225,7 @@ class Supervisor:
             log.info("Already quiet")
             return
         self.quiet = True
+        self.scheduler.retire()
         count = self.pool.retire()
         log.info("Received TSTP, no longer accepting new work: %d processors finish their "
                  "current job and exit", count)
@@ -226,6 +237,7 @@ class Supervisor:
             log.warning("TTIN: master thread %d\n%s", thread_id, logs.stack(frame))
         log.warning("TTIN: asking %d processors for their stacks", len(self.pool.children))
         self.pool.signal_all(signal.SIGTTIN)
+        self.scheduler.signal(signal.SIGTTIN)
 
     def on_reload(self) -> None:
         """HUP: re-read the configuration; apply it, or keep the old one if it is invalid."""
@@ -244,6 +256,7 @@ class Supervisor:
         logs.reopen()
         log.info("log file reopened")
         self.pool.signal_all(signal.SIGUSR2)
+        self.scheduler.signal(signal.SIGUSR2)
 
     def on_reap(self) -> None:
         """CHLD: reaping happens on every turn; the signal only wakes the loop."""
@@ -253,7 +266,9 @@ class Supervisor:
     def _load_new(self) -> Config:
         if self._reload is None:
             raise ConfigError("this daemon was started without a way to reload its configuration")
-        return self._reload()
+        new = self._reload()
+        periodic.check_jobs(new, self.registry)
+        return new
 
     def _apply(self, new: Config) -> None:
         merged, ignored = reload.merge(self.config, new)
@@ -266,10 +281,12 @@ class Supervisor:
             return
         log.info("reload: %s", reload.describe(diff))
         old = self.config
-        self.config = self.pool.config = merged
+        self.config = self.pool.config = self.scheduler.config = merged
         logging.getLogger().setLevel(merged.log_level.upper())
         self._info = self._process_info()
         self._next_beat = 0.0
+        if reload.needs_new_scheduler(diff):
+            self.scheduler.retire()  # a new one starts with the new settings (or none)
         if reload.needs_new_children(diff):
             count = self.pool.retire()
             log.info("reload: replacing %d processors after their current job", count)
@@ -282,8 +299,10 @@ class Supervisor:
         beats = self._guarded(lambda: heartbeat.read_children(self.redis, self.identity))
         if beats is not None:
             self.pool.watch(beats, now)
+            self.scheduler.watch(beats, now)
 
     def _beat(self) -> None:
+        self._guarded(self._check_leader)
         rss = self.pool.rss_kb() + _own_rss_kb()
         popped = self._guarded(lambda: heartbeat.beat(
             self.redis, self.identity, info=self._info, busy=self.pool.busy(),
@@ -291,6 +310,14 @@ class Supervisor:
             concurrency=self.config.concurrency) or "")
         if popped:
             self._remote(popped)
+
+    def _check_leader(self) -> None:
+        """Show in the process info (and log) whether this daemon's scheduler leads."""
+        leader = lease.leads(lease.holder(self.redis), self.identity)
+        if leader != self._leader:
+            self._leader = leader
+            self._info = self._process_info()
+            log.info("this daemon %s the scheduler leader", "is now" if leader else "is no longer")
 
     def _remote(self, name: str) -> None:
         if name not in REMOTE:
@@ -314,18 +341,20 @@ class Supervisor:
             log.warning("Redis is online, %.1f sec downtime", now - self._outage_since)
             self._outage_since = None
             self.pool.trust_again(now)
+            self.scheduler.trust_again(now)
         return result
 
     def _process_info(self) -> str:
-        return heartbeat.process_info(self.config, self.identity, os.getpid(), self._started_at)
+        return heartbeat.process_info(self.config, self.identity, os.getpid(), self._started_at,
+                                      leader=self._leader)
 
     # -- stopping ----------------------------------------------------------------------------
 
     def _continue_stop(self, now: float) -> None:
         assert self.stop_deadline is not None
-        if self.pool.children and now >= self.stop_deadline:
+        if (self.pool.children or self.scheduler.pid) and now >= self.stop_deadline:
             self._kill_remaining()
-        if self.pool.children:
+        if self.pool.children or self.scheduler.pid:
             return
         if self.pool.settle_all():
             self.done = True
@@ -338,6 +367,9 @@ class Supervisor:
         for child in list(self.pool.children.values()):
             self.pool.kill(child, "exit", "still running at the stop deadline")
             self.pool.reap_now(child)
+        if self.scheduler.pid:
+            self.scheduler.kill("still running at the stop deadline")
+            self.scheduler.reap(block=True)
 
     # -- reporting ---------------------------------------------------------------------------
 

@@ -58,14 +58,46 @@ class Daemon(DaemonProcess):
     """A daemon started by a test, with helpers to look at it."""
 
     log_path: Path
+    leftovers: list[psutil.Process]
+
+    def sigkill(self, *, everything: bool) -> None:
+        """SIGKILL the master, and with ``everything`` all its descendants at the same moment.
+
+        The descendants are remembered: teardown kills those still alive (orphans of a
+        killed master no longer show up as its children)."""
+        kids = psutil.Process(self.pid).children(recursive=True)
+        self.leftovers.extend(kids)
+        os.kill(self.pid, signal.SIGKILL)
+        if everything:
+            for kid in kids:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    kid.kill()
+        assert self.process is not None
+        self.process.wait(timeout=10)
 
     def children(self) -> list[psutil.Process]:
-        """The master's live processor children (not the embedded server)."""
+        """The master's live processor children (not the scheduler, not the embedded server),
+        once they have set their process title."""
         try:
             kids = psutil.Process(self.pid).children()
         except psutil.NoSuchProcess:
             return []
-        return [k for k in kids if "forkq" in _cmdline(k)]
+        # by title: a child forked a moment ago still shows the master's title until it sets
+        # its own, and must not be taken for a processor (it may be the scheduler)
+        return [kid for kid in kids if " processor-" in _cmdline(kid)]
+
+    def scheduler(self, timeout: float = 15) -> psutil.Process:
+        """The master's scheduler child (waits for it to start)."""
+        found: list[psutil.Process] = []
+
+        def look() -> bool:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                found[:] = [kid for kid in psutil.Process(self.pid).children()
+                            if " scheduler " in _cmdline(kid)]
+            return bool(found)
+
+        assert wait_for(look, timeout), f"no scheduler child, log:\n{self.log()}"
+        return found[0]
 
     def log(self) -> str:
         """Everything the daemon logged so far."""
@@ -107,6 +139,7 @@ def daemon(server: EmbeddedServer, r: redis.Redis, tmp_path: Path
         environ = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}", **env}
         d = Daemon(str(path), env=environ, cwd=str(tmp_path), new_session=new_session)
         d.log_path = tmp_path / f"daemon-{len(started)}.log"
+        d.leftovers = []
         d.stderr = open(d.log_path, "wb")  # noqa: SIM115 - closed in teardown
         d.start()
         started.append(d)
@@ -122,6 +155,10 @@ def daemon(server: EmbeddedServer, r: redis.Redis, tmp_path: Path
     for pid in known:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    for d in started:
+        for leftover in d.leftovers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                leftover.kill()  # psutil checks the pid still names that process
 
 
 def run_forkq(*args: str, cwd: str | Path | None = None, timeout: float = 60,

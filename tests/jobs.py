@@ -101,3 +101,19 @@ class Hog(Job, name="Hog"):
         _note("test:started", marker="hog", jid=self.jid, pid=os.getpid())
         time.sleep(seconds)
         _note("test:ran", marker="hog", jid=self.jid, pid=os.getpid())
+
+
+class Stamp(Job, name="Stamp"):
+    """Records when it started, with the time it was scheduled for."""
+
+    def perform(self, due: float) -> None:
+        _note("test:stamps", jid=self.jid, due=due, at=time.time(), pid=os.getpid())
+
+
+class Flaky(Job, name="Flaky", retry=2, retry_in=lambda count, exc: 1):
+    """Always fails, recording each attempt; retries after 1 s plus Sidekiq's jitter."""
+
+    def perform(self, marker: str) -> None:
+        _note("test:attempts", jid=self.jid, at=time.time(),
+              retry_count=self.payload.get("retry_count"))
+        raise RuntimeError(f"flaky {marker}")

@@ -156,12 +156,14 @@ def test_usr2_reopens_the_log_file_in_the_master_and_the_children(
     log_file = tmp_path / "forkq.log"
     d = daemon(f"concurrency: 2\nrequire: jobs\nlog_file: {log_file}\n")
     d.wait_children(2)
-    until(lambda: log_file.exists() and "ready" in log_file.read_text(), 10)
+    d.scheduler()
+    until(lambda: log_file.exists() and "took office" in log_file.read_text(), 10)
     log_file.rename(tmp_path / "forkq.log.1")  # what logrotate does
 
-    d.signal(signal.SIGUSR2)
-    until(lambda: log_file.exists() and log_file.read_text().count("log file reopened") == 3, 5,
+    d.signal(signal.SIGUSR2)  # the master, 2 processors and the scheduler reopen
+    until(lambda: log_file.exists() and log_file.read_text().count("log file reopened") == 4, 5,
           "USR2 did not make every process reopen the log file")
+    assert "scheduler INFO: log file reopened" in log_file.read_text()
     jid = push(r, "Sleep", 0, "logged")
     until(lambda: f"Sleep jid={jid} done" in log_file.read_text(), 10)
     assert f"jid={jid}" not in (tmp_path / "forkq.log.1").read_text()

@@ -1,0 +1,81 @@
+"""The leader's due-job mover: due ``schedule`` and ``retry`` entries go to their queues.
+
+Sidekiq's behaviour (sidekiq-wire.md §2): a due entry is pushed to
+``queue:<its queue>`` with a fresh ``enqueued_at`` and every other field kept,
+the queue is added to ``queues``, and the entry leaves its sorted set. The
+job is re-encoded the way Sidekiq's client re-generates it (key order kept,
+Ruby's float format). A member that is not a JSON object with a queue name is
+pushed unchanged to ``queue:default``, where the processor that fetches it
+buries it in the dead set with the reason, rather than leaving it stuck here.
+
+Mechanism: read up to :data:`BATCH` due members (``ZRANGEBYSCORE … LIMIT``),
+rewrite them here, then move them with move.lua, which removes each member and
+pushes its job in one atomic step and only for the lease holder. A crash between
+the two steps moves nothing; a member moved by someone else in between is not
+moved twice. :func:`next_due` tells the leader how long it may sleep.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import redis
+
+from forkq import keys, wirejson
+from forkq.connection import raw
+from forkq.lease import LeaseLostError
+from forkq.scripts import source
+
+BATCH = 100
+SETS = (keys.SCHEDULE, keys.RETRY)
+
+
+def rewrite(member: bytes, now: float) -> tuple[str | bytes, str]:
+    """The job to push for a due ``member``, and its queue name."""
+    try:
+        job = wirejson.loads(member)
+    except ValueError:
+        job = None
+    if not isinstance(job, dict) or not isinstance(job.get("queue"), str) or not job["queue"]:
+        return member, "default"
+    job["enqueued_at"] = now
+    try:
+        return wirejson.dumps(job), job["queue"]
+    except (TypeError, ValueError):
+        return member, job["queue"]
+
+
+def move_due(client: redis.Redis, token: str, now: float, *, batches: int = 50) -> int:
+    """Move the entries due at epoch ``now``, at most ``batches`` times :data:`BATCH` per set.
+
+    Returns how many moved; raises :class:`~forkq.lease.LeaseLostError` without the lease.
+    """
+    script = client.register_script(source("move"))
+    moved = 0
+    for zset in SETS:
+        for _ in range(batches):
+            found = client.zrangebyscore(zset, "-inf", repr(now), start=0, num=BATCH)
+            members = [raw(cast(bytes, member)) for member in found]
+            if not members:
+                break
+            args: list[str | bytes] = [token]
+            for member in members:
+                job, queue = rewrite(member, now)
+                args += [member, job, queue]
+            count = int(script(keys=[keys.LEADER, zset, keys.QUEUES], args=args))
+            if count < 0:
+                raise LeaseLostError(f"moving due jobs from {zset}")
+            moved += count
+            if len(members) < BATCH:
+                break
+    return moved
+
+
+def next_due(client: redis.Redis) -> float | None:
+    """The earliest score in ``schedule`` and ``retry`` (epoch seconds); None if both are empty."""
+    with client.pipeline(transaction=False) as pipe:
+        for zset in SETS:
+            pipe.zrange(zset, 0, 0, withscores=True)
+        firsts = pipe.execute()
+    scores = [float(entries[0][1]) for entries in firsts if entries]
+    return min(scores, default=None)

@@ -1,0 +1,138 @@
+"""The leader's orphan sweep: in-flight jobs of dead processes go back to their queues.
+
+A process is dead when its process hash ``<identity>`` and its children's beat
+hash ``forkq:beats:<identity>`` have both expired: no master beat and no child
+beat for 60 s (:data:`~forkq.keys.PROCESS_TTL`). That happens when its host
+died, or its master was SIGKILLed and its orphaned children finished or gave up
+(see :mod:`forkq.childbeat`). A live master settles its own children's jobs;
+the sweep never touches a process whose records exist, and recover.lua checks
+that again atomically with the move.
+
+Steady state costs one ``SMEMBERS forkq:inflight`` (one entry per processor in
+the cluster), one ``SMEMBERS processes`` and two ``EXISTS`` per process, every
+``orphan_sweep_interval`` seconds; no SCAN. For each in-flight list of a dead
+process: the job goes back to the front of its queue, and the recovery counts
+toward the job's poison-pill limit (:data:`~forkq.settle.KILL_LIMIT`; at the
+limit it goes to the dead set with a JobKilledError); the list is deleted and
+unregistered. Then the dead process leaves ``processes`` and its busy hashes
+are deleted (Sidekiq's ``ProcessSet`` cleanup does the same for any process).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+
+import redis
+
+from forkq import keys, retry
+from forkq import payload as payloads
+from forkq.connection import raw, text
+from forkq.errors import JobError, JobKilledError
+from forkq.lease import LeaseLostError
+from forkq.scripts import source
+from forkq.settle import KILL_LIMIT
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """One in-flight list the sweep dealt with."""
+
+    identity: str
+    inflight_key: str
+    outcome: str  # requeued | dead | dropped | empty
+    job: bytes
+
+
+def sweep(client: redis.Redis, token: str, *, now: float) -> list[Recovered]:
+    """Recover the in-flight jobs of every dead process and forget it; what was recovered.
+
+    Raises :class:`~forkq.lease.LeaseLostError` when ``token`` no longer holds the lease.
+    """
+    lists = _inflight_by_owner(client)
+    known = {text(member) for member in client.smembers(keys.PROCESSES)}
+    candidates = sorted(set(lists) | known)
+    recovered: list[Recovered] = []
+    for identity in _dead(client, candidates):
+        for key in lists.get(identity, []):
+            found = _recover(client, token, identity, key, now)
+            if found is not None:
+                recovered.append(found)
+        _forget(client, token, identity)
+    return recovered
+
+
+def _inflight_by_owner(client: redis.Redis) -> dict[str, list[str]]:
+    lists: dict[str, list[str]] = defaultdict(list)
+    for member in client.smembers(keys.INFLIGHT_REGISTRY):
+        key = text(member)
+        owner = keys.inflight_owner(key)
+        if owner is not None:
+            lists[owner].append(key)
+    return lists
+
+
+def _dead(client: redis.Redis, identities: list[str]) -> list[str]:
+    """The identities whose process hash and beat hash have both expired."""
+    if not identities:
+        return []
+    with client.pipeline(transaction=False) as pipe:
+        for identity in identities:
+            pipe.exists(identity, keys.beats(identity))
+        counts = pipe.execute()
+    return [identity for identity, count in zip(identities, counts, strict=True) if count == 0]
+
+
+def _recover(client: redis.Redis, token: str, identity: str, key: str, now: float
+             ) -> Recovered | None:
+    held = client.lrange(key, 0, 1)
+    job = raw(held[1]) if len(held) == 2 else b""
+    mode, jid, dead_entry = _decide(job, now)
+    script = client.register_script(source("recover"))
+    result = script(
+        keys=[keys.LEADER, key, keys.INFLIGHT_REGISTRY, identity, keys.beats(identity),
+              keys.kills(jid), keys.DEAD],
+        args=[token, job, mode, KILL_LIMIT, dead_entry, keys.KILLS_TTL, repr(now),
+              repr(now - keys.DEAD_TIMEOUT), keys.DEAD_MAX_JOBS])
+    if result == -1:
+        raise LeaseLostError("recovering " + key)
+    if isinstance(result, int):
+        return None  # the owner came back, or the list changed: look again next sweep
+    outcome = result.decode()
+    if job:
+        log.warning("recovered from dead process %s: job %s: %s", identity, outcome,
+                    job[:200].decode("utf-8", "replace"))
+    return Recovered(identity, key, outcome, job)
+
+
+def _decide(job: bytes, now: float) -> tuple[str, str, str]:
+    """How to recover ``job``: (mode, jid, dead-set entry at the death limit, "" = drop)."""
+    if not job:
+        return "requeue", "", ""
+    try:
+        payload = payloads.decode(job)
+    except JobError:
+        return "requeue", "", ""  # the processor that fetches it buries it with the reason
+    jid = str(payload.get("jid", ""))
+    if not jid:
+        return "requeue", "", ""
+    deaths = KILL_LIMIT
+    message = (f"its processor died {deaths} times while running it (last: its process "
+               "stopped heartbeating and the job was recovered)")
+    retry.record_error(payload, retry.error_class_name(JobKilledError()), message, now)
+    failure = retry.bury(payload, now)
+    return "count", jid, failure.payload if failure.mode == "dead" else ""
+
+
+def _forget(client: redis.Redis, token: str, identity: str) -> None:
+    workers, work = keys.workers(identity)
+    script = client.register_script(source("forget"))
+    result = int(script(keys=[keys.LEADER, identity, keys.beats(identity), keys.PROCESSES,
+                              workers, work], args=[token, identity]))
+    if result < 0:
+        raise LeaseLostError("forgetting " + identity)
+    if result == 1:
+        log.info("forgot dead process %s", identity)

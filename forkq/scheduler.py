@@ -1,0 +1,232 @@
+"""The scheduler child: campaigns for the cluster's leadership; the leader moves time along.
+
+Every master forks one scheduler (unless ``scheduler: false``); all of them, on
+every host sharing the Redis, campaign for one lease (:mod:`forkq.lease`). The
+leader's term has three phases:
+
+1. **take office** (:meth:`Scheduler._inaugurate`): log it, and sweep for orphans
+   and look at the periodic jobs at once;
+2. **act** (:meth:`Scheduler._act`), only while the lease holds: renew it every
+   ``leader_renew_interval``; move due ``schedule`` / ``retry`` jobs
+   (:mod:`forkq.due`); every ``orphan_sweep_interval`` recover the in-flight jobs
+   of dead processes (:mod:`forkq.orphans`); enqueue due periodic ticks
+   (:mod:`forkq.periodic`). Every one of those scripts checks the lease token;
+3. **hand over** (:meth:`Scheduler._hand_over`): on quiet, stop, reload or the
+   master's death, release the lease so a follower takes it at once.
+
+Timeliness: the leader sleeps until the earliest due score, the next renewal,
+sweep or periodic tick, or at most :data:`MAX_SLEEP`; a change to ``schedule``,
+``retry`` or the lease key wakes it at once (:class:`~forkq.queuewatch.QueueWatch`,
+server-side key tracking, which sees Ruby clients' writes too). A follower sleeps
+until the current lease expires or changes, so it takes over within milliseconds
+of an expiry or a release.
+
+Signals: as a processor child — INT, TERM, TSTP and HUP are ignored, USR1 means
+hand over and exit, TTIN / USR2 are served by the heartbeat thread, which also
+lets the master cull a stuck scheduler. Redis errors are logged once per outage;
+the leader stops acting when its lease could have expired.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+
+import redis
+from setproctitle import setproctitle
+
+from forkq import __version__, due, logs, orphans, periodic
+from forkq import client as clients
+from forkq.childbeat import ChildBeat
+from forkq.config import Config
+from forkq.connection import connect
+from forkq.lease import Lease, LeaseLostError
+from forkq.processor import FORK_BLOCKED, IGNORED_SIGNALS, STOP_SIGNAL, ignore_signal
+from forkq.queuewatch import QueueWatch
+from forkq.registry import Registry
+from forkq.signals import SelfPipe
+
+log = logging.getLogger(__name__)
+
+MAX_SLEEP = 1.0  # also how fast a scheduler notices its master is gone
+SOCKET_TIMEOUT = 5.0
+WATCHED = ("schedule", "retry", "forkq:leader")
+
+
+class Scheduler:
+    """The scheduler child. The constructor only stores; :meth:`run` works after fork."""
+
+    def __init__(self, config: Config, *, identity: str, registry: Registry) -> None:
+        self.config = config
+        self.identity = identity
+        self.registry = registry
+        self.stopping = False
+        self._outage_since: float | None = None
+        self._next_renew = 0.0  # monotonic
+        self._next_sweep = 0.0  # monotonic
+        self._next_tick = 0.0  # epoch: when a periodic job is next due
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Set up, campaign and act until told to stop, hand over; the exit code."""
+        self._setup()
+        while not self.stopping:
+            wait = self._guarded(lambda: self.loop_once(time.monotonic()))
+            if self._watch.wait(MAX_SLEEP if wait is None else wait, self._pipe.fd):
+                self._check_signals()
+            self._check_signals()
+        self._hand_over()
+        self._beat.stop()
+        self._watch.close()
+        return 0
+
+    def _setup(self) -> None:
+        self.master_pid = os.getppid()
+        logs.set_role("scheduler")
+        for signum in IGNORED_SIGNALS:
+            signal.signal(signum, ignore_signal)
+        self._pipe = SelfPipe([STOP_SIGNAL])
+        self.redis = connect(self.config.redis_url, embedded_dir=self.config.embedded_dir,
+                             socket_timeout=SOCKET_TIMEOUT)
+        clients.configure(clients.Client(self.redis))
+        self.lease = Lease(self.redis, identity=self.identity, pid=os.getpid(),
+                           ttl=self.config.leader_lease_ttl)
+        self._watch = QueueWatch(self.redis, WATCHED)
+        self._title("follower")
+        self._beat = ChildBeat(
+            connect(self.config.redis_url, embedded_dir=self.config.embedded_dir,
+                    socket_timeout=2),
+            self.identity, os.getpid(), master_pid=self.master_pid,
+            orphan_grace=self.config.timeout)
+        self._beat.start()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED)
+
+    def _check_signals(self) -> None:
+        if STOP_SIGNAL in self._pipe.drain():
+            self.stopping = True
+        elif os.getppid() != self.master_pid:
+            log.warning("master (pid %d) is gone; handing over", self.master_pid)
+            self.stopping = True
+
+    def _hand_over(self) -> None:
+        if self.lease.token is None:
+            return
+        try:
+            self.lease.release()
+            log.info("handed over the scheduler leadership")
+        except redis.RedisError as exc:
+            log.warning("could not release the lease (%s); it expires within %gs", exc,
+                        self.lease.ttl)
+
+    # -- one turn ----------------------------------------------------------------------------
+
+    def loop_once(self, now: float) -> float:
+        """Campaign or act once at monotonic ``now``; how long to wait before the next turn."""
+        if not self.lease.holds(now):
+            if self.lease.token is not None:
+                self._step_down("the lease could expire before it was renewed")
+            if not self.lease.acquire():
+                return min(MAX_SLEEP, max(self.lease.holder_ttl(), 0.01))
+            self._inaugurate(now)
+        try:
+            return self._act(now)
+        except LeaseLostError as exc:
+            self.lease.step_down()
+            self._step_down(f"the lease was lost ({exc})")
+            return 0.0
+
+    def _inaugurate(self, now: float) -> None:
+        log.info("took office as the scheduler leader (lease %gs, term %s)",
+                 self.lease.ttl, self.lease.token)
+        self._title("leader")
+        self._next_renew = now + self.config.leader_renew_interval
+        self._next_sweep = now
+        self._next_tick = 0.0
+
+    def _step_down(self, why: str) -> None:
+        log.warning("no longer the scheduler leader: %s", why)
+        self.lease.step_down()
+        self._title("follower")
+
+    def _act(self, now: float) -> float:
+        """The leader's work for this turn, fenced by the lease; the time to the next turn."""
+        if now >= self._next_renew:
+            if not self.lease.renew():
+                raise LeaseLostError("renewal refused")
+            self._next_renew = now + self.config.leader_renew_interval
+        wall = time.time()
+        moved = due.move_due(self.redis, self._token(), wall)
+        if moved:
+            log.debug("moved %d due jobs", moved)
+        if now >= self._next_sweep:
+            orphans.sweep(self.redis, self._token(), now=wall)
+            self._next_sweep = now + self.config.orphan_sweep_interval
+        if self.config.periodic and wall >= self._next_tick:
+            self._periodic(wall)
+        return self._sleep(now, wall)
+
+    def _token(self) -> str:
+        if self.lease.token is None or not self.lease.holds(time.monotonic()):
+            raise LeaseLostError("term over")
+        return self.lease.token
+
+    def _sleep(self, now: float, wall: float) -> float:
+        wake = [MAX_SLEEP, self._next_renew - now, self._next_sweep - now]
+        if self.config.periodic:
+            wake.append(self._next_tick - wall)
+        earliest = due.next_due(self.redis)
+        if earliest is not None:
+            wake.append(earliest - wall)
+        return max(min(wake), 0.0)
+
+    # -- periodic jobs -----------------------------------------------------------------------
+
+    def _periodic(self, wall: float) -> None:
+        last = periodic.last_handled(self.redis)
+        for entry in self.config.periodic:
+            ticks, mark = periodic.due_ticks(entry, last.get(entry.name), wall,
+                                             self.config.periodic_grace)
+            for tick in ticks:
+                self._fire(entry, tick, wall)
+            if mark not in ticks and mark > last.get(entry.name, float("-inf")):
+                periodic.fire(self.redis, self._token(), name=entry.name, tick=mark, payload=None)
+                if entry.name in last:
+                    log.warning("periodic %s: ticks up to %s were missed (policy %s)",
+                                entry.name, periodic.describe(mark), entry.missed)
+        self._next_tick = min(periodic.next_tick(entry, wall) for entry in self.config.periodic)
+
+    def _fire(self, entry: periodic.Periodic, tick: float, wall: float) -> None:
+        payload = periodic.payload_for(entry, self.registry, tick, wall)
+        try:
+            pushed = clients.MIDDLEWARE.run(payload, lambda: payload)
+        except Exception:  # application middleware: log it, and count the tick as handled
+            log.exception("periodic %s: client middleware failed; tick %s not enqueued",
+                          entry.name, periodic.describe(tick))
+            pushed = None
+        if periodic.fire(self.redis, self._token(), name=entry.name, tick=tick, payload=pushed):
+            log.info("periodic %s: enqueued %s jid=%s for %s", entry.name, entry.job,
+                     payload["jid"], periodic.describe(tick))
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _guarded(self, step: Callable[[], float]) -> float | None:
+        """Run a turn; on a Redis error log the outage once and wait a little."""
+        try:
+            wait = step()
+        except redis.RedisError as exc:
+            if self._outage_since is None:
+                self._outage_since = time.monotonic()
+                log.error("Redis unavailable: %s", exc)
+            return None
+        if self._outage_since is not None:
+            log.warning("Redis is online, %.1f sec downtime", time.monotonic() - self._outage_since)
+            self._outage_since = None
+        return wait
+
+    def _title(self, state: str) -> None:
+        tag = f" {self.config.tag}" if self.config.tag else ""
+        setproctitle(f"forkq {__version__}{tag} scheduler {state}")

@@ -1,0 +1,42 @@
+-- lease.lua: the scheduler leader's lease; acquire, renew or release, only as its owner.
+--
+-- KEYS[1]  forkq:leader: the owner token of the current term, with a TTL
+-- KEYS[2]  dear-leader: the leader's process identity, for Sidekiq's Web UI (a mirror)
+-- ARGV[1]  "acquire" | "renew" | "release"
+-- ARGV[2]  the caller's owner token (new for every term)
+-- ARGV[3]  the lease TTL in milliseconds
+-- ARGV[4]  the caller's process identity (mirrored into KEYS[2])
+--
+-- acquire: SET NX PX; renew: PEXPIRE, only if KEYS[1] still holds ARGV[2]; release:
+-- DEL, only then too. Returns 1 on success, 0 when the lease is someone else's (or
+-- nobody's, for renew and release). The mirror is written only when it is absent or
+-- already ours, so a Sidekiq Enterprise leader sharing the Redis keeps its badge.
+local op, token, ttl, identity = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+
+local function mirror(show)
+  local shown = redis.call("GET", KEYS[2])
+  if show and (not shown or shown == identity) then
+    redis.call("SET", KEYS[2], identity, "PX", ttl)
+  elseif not show and shown == identity then
+    redis.call("DEL", KEYS[2])
+  end
+end
+
+if op == "acquire" then
+  if not redis.call("SET", KEYS[1], token, "NX", "PX", ttl) then
+    return 0
+  end
+  mirror(true)
+  return 1
+end
+if redis.call("GET", KEYS[1]) ~= token then
+  return 0
+end
+if op == "renew" then
+  redis.call("PEXPIRE", KEYS[1], ttl)
+  mirror(true)
+else
+  redis.call("DEL", KEYS[1])
+  mirror(false)
+end
+return 1

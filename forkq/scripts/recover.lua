@@ -1,0 +1,56 @@
+-- recover.lua: give back the in-flight job of a dead process (the leader's orphan sweep).
+--
+-- KEYS[1]  forkq:leader        KEYS[2]  the in-flight list: empty or {queue key, job}
+-- KEYS[3]  forkq:inflight      KEYS[4]  <identity>, the owner's process hash
+-- KEYS[5]  forkq:beats:<identity>, its children's heartbeats
+-- KEYS[6]  forkq:kills:<jid>   KEYS[7]  dead
+-- ARGV[1]  the leader's owner token (fencing)
+-- ARGV[2]  the job the caller saw in KEYS[2], or "" for none
+-- ARGV[3]  "count": the job has a jid, count this recovery as a death of the job;
+--          "requeue": just requeue it (a malformed job, buried when next fetched)
+-- ARGV[4]  deaths at which the job goes to the dead set instead (3)
+-- ARGV[5]  the dead-set entry to write at that limit, or "" to drop (dead: false)
+-- ARGV[6]  TTL of KEYS[6], seconds
+-- ARGV[7]  now (the dead entry's score)   ARGV[8] trim dead entries scored at or below
+-- ARGV[9]  dead set size limit
+--
+-- Never from a live owner: nothing happens while KEYS[4] or KEYS[5] exists (both expire
+-- 60 s after the owner's last heartbeat). Nothing happens either if KEYS[2] no longer
+-- holds ARGV[2]. Otherwise the job goes back to the right end of its queue (the next
+-- one fetched), or to the dead set at the death limit; KEYS[2] is deleted and
+-- unregistered. Returns "requeued", "dead", "dropped" or "empty"; or -1 without the
+-- lease, -2 when the owner is alive, -3 when the list changed.
+if redis.call("GET", KEYS[1]) ~= ARGV[1] then
+  return -1
+end
+if redis.call("EXISTS", KEYS[4]) == 1 or redis.call("EXISTS", KEYS[5]) == 1 then
+  return -2
+end
+local queue = redis.call("LINDEX", KEYS[2], 0)
+local job = redis.call("LINDEX", KEYS[2], 1)
+if (job or "") ~= ARGV[2] then
+  return -3
+end
+local outcome = "empty"
+if job then
+  outcome = "requeued"
+  if ARGV[3] == "count" then
+    local deaths = redis.call("INCR", KEYS[6])
+    redis.call("EXPIRE", KEYS[6], ARGV[6])
+    if deaths >= tonumber(ARGV[4]) then
+      outcome = "dropped"
+      if ARGV[5] ~= "" then
+        outcome = "dead"
+        redis.call("ZADD", KEYS[7], ARGV[7], ARGV[5])
+        redis.call("ZREMRANGEBYSCORE", KEYS[7], "-inf", ARGV[8])
+        redis.call("ZREMRANGEBYRANK", KEYS[7], 0, -(tonumber(ARGV[9]) + 1))
+      end
+    end
+  end
+  if outcome == "requeued" then
+    redis.call("RPUSH", queue, job)
+  end
+end
+redis.call("DEL", KEYS[2])
+redis.call("SREM", KEYS[3], KEYS[2])
+return outcome

@@ -1,0 +1,242 @@
+"""The elected scheduler against real daemons sharing the session's throwaway server.
+
+Several ``forkq run`` daemons campaign for one lease; tests SIGKILL masters or
+whole daemons, SIGSTOP a scheduler, and check in Redis and in the logs that
+exactly one leader acts, that due and retried jobs move on time and once, that
+the jobs of a dead daemon run again elsewhere, and that periodic ticks are
+enqueued once each. Every wait is a bounded poll.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+import redis
+
+import forkq
+from forkq import keys
+from forkq.daemon import wait_for
+
+from .conftest import Daemon, _cmdline, elapsed_since, records, run_forkq, until
+
+Start = Callable[..., Daemon]
+
+TTL = 4
+SWEEP = 2
+CLUSTER = f"""
+concurrency: 2
+require: jobs
+leader_lease_ttl: {TTL}
+leader_renew_interval: 1
+orphan_sweep_interval: {SWEEP}
+liveness_timeout: 60
+timeout: 5
+log_level: debug
+"""
+
+
+def leader_token(r: redis.Redis) -> str | None:
+    token = r.get(keys.LEADER)
+    return token.decode() if token else None
+
+
+def leader_of(r: redis.Redis, daemons: list[Daemon]) -> Daemon | None:
+    """The daemon whose scheduler holds the lease (the token names its master's pid)."""
+    token = leader_token(r)
+    if token is None:
+        return None
+    return next((d for d in daemons if token.split(":")[1] == str(d.pid)), None)
+
+
+def wait_leader(r: redis.Redis, daemons: list[Daemon], timeout: float = 20) -> Daemon:
+    """The leading daemon among ``daemons``, once there is one."""
+    assert wait_for(lambda: leader_of(r, daemons) is not None, timeout, interval=0.02), (
+        f"no leader among {[d.pid for d in daemons]}: lease {leader_token(r)}")
+    found = leader_of(r, daemons)
+    assert found is not None
+    return found
+
+
+def identity_of(r: redis.Redis, d: Daemon) -> str:
+    """A daemon's process identity, from ``processes``."""
+    until(lambda: any(m.decode().split(":")[1] == str(d.pid) for m in r.smembers(keys.PROCESSES)),
+          10)
+    return next(m.decode() for m in r.smembers(keys.PROCESSES)
+                if m.decode().split(":")[1] == str(d.pid))
+
+
+def believers(schedulers: list[psutil.Process]) -> int:
+    """How many schedulers call themselves leader in their process title."""
+    return sum(1 for s in schedulers if "scheduler leader" in _cmdline(s))
+
+
+def schedule(r: redis.Redis, job: str, args: list[Any], at: float, queue: str = "default"
+             ) -> str:
+    jid = forkq.Client(r).push({"class": job, "args": args, "queue": queue, "at": at})
+    assert jid is not None
+    return jid
+
+
+# -- a: one leader; a killed leader is replaced; a paused one moves nothing ---------------------
+
+
+def test_three_daemons_keep_exactly_one_leader_and_replace_a_killed_one(
+        r: redis.Redis, daemon: Start) -> None:
+    daemons = [daemon(CLUSTER) for _ in range(3)]
+    schedulers = [d.scheduler() for d in daemons]
+    first = wait_leader(r, daemons)
+    until(lambda: believers(schedulers) == 1, 5)
+    tokens, samples = Counter[str](), 0
+    end = time.monotonic() + 60
+    while time.monotonic() < end:  # a sample every 100 ms for 60 s
+        token = leader_token(r)
+        assert token is not None, f"no leader at sample {samples}"
+        assert believers(schedulers) == 1, f"{believers(schedulers)} leaders at sample {samples}"
+        tokens[token] += 1
+        samples += 1
+        time.sleep(0.1)
+    assert len(tokens) == 1, tokens  # one term throughout: no flapping
+    print(f"{samples} samples over 60 s: exactly one leader in each, one term")
+
+    first.sigkill(everything=False)  # the leader's master only; its scheduler is orphaned
+    killed = time.monotonic()
+    probe = schedule(r, "Record", ["probe"], time.time() + 0.1, queue="probe")
+    until(lambda: r.llen("queue:probe") == 1, TTL + 1, "no new leader moved the due job")
+    took = elapsed_since(killed)
+    rest = [d for d in daemons if d is not first]
+    successor = wait_leader(r, rest, 1)
+    assert "moved 1 due jobs" in successor.log()
+    assert json.loads(r.lindex("queue:probe", 0))["jid"] == probe
+    print(f"new leader acted {took:.2f}s after the leader's master was SIGKILLed (TTL {TTL}s)")
+
+
+def test_a_leader_paused_past_its_lease_moves_no_job_after_waking(
+        r: redis.Redis, daemon: Start) -> None:
+    a = daemon(CLUSTER)
+    paused = a.scheduler()
+    wait_leader(r, [a])
+    b = daemon(CLUSTER)
+    b.scheduler()
+    os.kill(paused.pid, signal.SIGSTOP)
+    try:
+        stopped = time.monotonic()
+        until(lambda: leader_of(r, [a, b]) is b, TTL + 2, "b did not take over")
+        print(f"b took over {elapsed_since(stopped):.2f}s after a's scheduler was stopped")
+        now = time.time()
+        jids = {schedule(r, "Record", [i], now + 0.5 + i * 0.05, queue="probe")
+                for i in range(60)}  # due from before to after the wake-up
+        time.sleep(0.5)
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+    woke = a.log().count("no longer the scheduler leader")
+    until(lambda: r.llen("queue:probe") == 60, 10)
+    until(lambda: "no longer the scheduler leader" in a.log(), 5)
+    wait_for(lambda: r.llen("queue:probe") > 60, 2)  # a double move would show up here
+    assert sorted(json.loads(x)["jid"] for x in r.lrange("queue:probe", 0, -1)) == sorted(jids)
+    after = a.log().split("no longer the scheduler leader", 1)[1]
+    assert "moved" not in after and "took office" not in after
+    assert woke == 0 and paused.is_running() and leader_of(r, [a, b]) is b
+
+
+# -- b: scheduled jobs run once, on time -------------------------------------------------------
+
+
+def test_a_thousand_scheduled_jobs_each_run_exactly_once_near_their_time(tmp_path: Any) -> None:
+    done = run_forkq("bench", "--scheduled", "1000", "--over", "30", "-c", "3", cwd=tmp_path,
+                     timeout=150)
+    print(done.stdout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "forkq: ran exactly once: 1000 of 1000 (missing 0, duplicates 0)" in done.stdout
+    assert "p99" in done.stdout
+
+
+# -- c: a dead daemon's jobs run again elsewhere ------------------------------------------------
+
+
+def test_a_sigkilled_daemons_running_jobs_run_again_on_another(
+        r: redis.Redis, daemon: Start) -> None:
+    big = CLUSTER.replace("concurrency: 2", "concurrency: 20")
+    a = daemon(big)
+    a.wait_children(20, timeout=30)
+    wait_leader(r, [a])
+    quick = [forkq.Client(r).push({"class": "Record", "args": [i]}) for i in range(10)]
+    until(lambda: len(records(r)) == 10, 10)
+    long = {forkq.Client(r).push({"class": "Sleep", "args": [600, f"long-{i}"]})
+            for i in range(20)}
+    until(lambda: len(records(r, "test:started")) == 20, 20)
+    b = daemon(big)
+    b.wait_children(20, timeout=30)
+    dead, alive = identity_of(r, a), identity_of(r, b)
+
+    a.sigkill(everything=True)  # master, processors and the leading scheduler at once
+    killed = time.monotonic()
+    until(lambda: len(records(r, "test:started")) == 40, keys.PROCESS_TTL + SWEEP + TTL + 5,
+          "the dead daemon's jobs did not run again")
+    took = elapsed_since(killed)
+    again = records(r, "test:started")[20:]
+    assert {x["jid"] for x in again} == long
+    assert {x["pid"] for x in again} <= {p.pid for p in b.children()}
+    assert sorted(x["jid"] for x in records(r)) == sorted(quick)  # completed ones: not again
+    registered = [m.decode() for m in r.smembers(keys.INFLIGHT_REGISTRY)]
+    assert len(registered) == 20 and all(alive in key for key in registered)  # none of a's
+    assert not r.sismember(keys.PROCESSES, dead) and r.sismember(keys.PROCESSES, alive)
+    print(f"all 20 jobs of the SIGKILLed daemon started again {took:.1f}s after the kill "
+          f"(heartbeat TTL {keys.PROCESS_TTL}s + sweep {SWEEP}s)")
+
+
+# -- d: periodic ticks, once each, across two leader kills --------------------------------------
+
+
+def test_a_periodic_job_is_enqueued_once_per_tick_across_leader_kills(
+        r: redis.Redis, daemon: Start) -> None:
+    config = CLUSTER + "periodic:\n  - name: every-minute\n    cron: '* * * * *'\n" \
+        "    class: Record\n    args: [tick]\n    queue: ticks\n"
+    daemons = [daemon(config) for _ in range(3)]
+    wait_leader(r, daemons)
+    first = (int(time.time()) // 60 + 1) * 60  # the first tick after every daemon started
+    ticks = [first + 60 * i for i in range(5)]
+    kills = [(ticks[1] - 2, "2 s before a tick"), (ticks[2] + 0.5, "0.5 s after a tick")]
+    for moment, when in kills:
+        wait_until(moment)
+        leader = wait_leader(r, daemons, TTL + 2)
+        leader.sigkill(everything=True)
+        daemons.remove(leader)
+        print(f"killed the leader {when}")
+    wait_until(ticks[-1] + TTL + 2)
+    enqueued = [json.loads(x) for x in r.lrange("queue:ticks", 0, -1)]
+    per_tick = Counter(job["periodic_at"] for job in enqueued)
+    assert per_tick == Counter({float(t): 1 for t in ticks}), per_tick
+    late = {job["periodic_at"]: job["enqueued_at"] - job["periodic_at"] for job in enqueued}
+    print("tick lateness: " + ", ".join(f"{v:.2f}s" for _, v in sorted(late.items())))
+    assert late[float(ticks[1])] <= TTL + 1  # fired by the successor once it took office
+
+
+def wait_until(epoch: float) -> None:
+    time.sleep(max(0.0, epoch - time.time()))
+
+
+# -- e: retries come back on time --------------------------------------------------------------
+
+
+def test_retries_run_near_their_due_times(r: redis.Redis, daemon: Start) -> None:
+    daemon(CLUSTER)
+    jid = forkq.Client(r).push({"class": "Flaky", "args": ["e"], "retry": 2})
+    dues: list[float] = []
+    for attempt in (1, 2):
+        until(lambda n=attempt: len(records(r, "test:attempts")) == n, 40)
+        until(lambda: r.zcard(keys.RETRY) == 1, 5)
+        dues.append(float(r.zscore(keys.RETRY, r.zrange(keys.RETRY, 0, 0)[0]) or 0))
+    until(lambda: len(records(r, "test:attempts")) == 3, 40)
+    until(lambda: r.zcard(keys.DEAD) == 1, 5)
+    attempts = records(r, "test:attempts")
+    assert {a["jid"] for a in attempts} == {jid}
+    late = [attempts[i + 1]["at"] - dues[i] for i in range(2)]
+    print("retry lateness: " + ", ".join(f"{x * 1000:.0f} ms" for x in late))
+    assert all(0 <= x < 2.0 for x in late), late  # not a poll every ~5 s, as Sidekiq's
