@@ -59,6 +59,8 @@ def describe(diff: dict[str, tuple[Any, Any]]) -> str:
 def _show(name: str, value: Any) -> str:
     if name == "queues":
         return ", ".join(f"{queue}:{weight}" for queue, weight in value)
+    if name == "periodic":
+        return "[" + ", ".join(f"{entry.name} ({entry.cron})" for entry in value) + "]"
     if isinstance(value, tuple):
         return "[" + ", ".join(map(str, value)) + "]"
     return str(value)

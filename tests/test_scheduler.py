@@ -15,6 +15,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -240,3 +241,53 @@ def test_retries_run_near_their_due_times(r: redis.Redis, daemon: Start) -> None
     late = [attempts[i + 1]["at"] - dues[i] for i in range(2)]
     print("retry lateness: " + ", ".join(f"{x * 1000:.0f} ms" for x in late))
     assert all(0 <= x < 2.0 for x in late), late  # not a poll every ~5 s, as Sidekiq's
+
+
+# -- hand-over, reload, visibility -------------------------------------------------------------
+
+
+def test_quiet_hands_the_lease_over_at_once_and_the_leader_is_visible(
+        r: redis.Redis, daemon: Start) -> None:
+    a = daemon(CLUSTER)
+    wait_leader(r, [a])
+    b = daemon(CLUSTER)
+    b.scheduler()
+    ident_a, ident_b = identity_of(r, a), identity_of(r, b)
+    assert r.get("dear-leader") == ident_a.encode()
+    until(lambda: json.loads(r.hget(ident_a, "info") or "{}").get("leader") is True, 7)
+    assert json.loads(r.hget(ident_b, "info") or "{}").get("leader") is False
+
+    a.signal(signal.SIGTSTP)
+    quieted = time.monotonic()
+    until(lambda: leader_of(r, [a, b]) is b, 2, "the quiet daemon did not hand over")
+    print(f"hand-over on quiet took {elapsed_since(quieted) * 1000:.0f} ms")
+    assert "handed over the scheduler leadership" in a.log()
+    assert r.get("dear-leader") == ident_b.encode()
+    schedule(r, "Record", ["after"], time.time() + 0.2)
+    until(lambda: len(records(r)) == 1, 5)
+    assert records(r)[0]["pid"] in {p.pid for p in b.children()}
+
+
+def test_hup_rejects_a_bad_periodic_entry_and_applies_a_good_one(
+        r: redis.Redis, daemon: Start) -> None:
+    d = daemon(CLUSTER)
+    first = d.scheduler()
+    wait_leader(r, [d])
+    processors = {p.pid for p in d.wait_children(2)}
+    path = Path(d.config_file)
+    base = path.read_text()
+
+    path.write_text(base + "periodic:\n  - cron: '* * * * * *'\n    class: NoSuchJob\n")
+    d.signal(signal.SIGHUP)
+    until(lambda: "reload rejected" in d.log(), 5)
+    assert "no registered job 'NoSuchJob'" in d.log() and first.is_running()
+
+    path.write_text(base + "periodic:\n  - name: each-second\n    cron: '* * * * * *'\n"
+                          "    class: Record\n    args: [p]\n    queue: ticks\n")
+    d.signal(signal.SIGHUP)
+    until(lambda: r.llen("queue:ticks") >= 2, 10, d.log())
+    assert not first.is_running() and d.scheduler().pid != first.pid
+    assert {p.pid for p in d.children()} == processors  # only the scheduler was replaced
+    jobs = [json.loads(x) for x in r.lrange("queue:ticks", 0, -1)]
+    assert {job["periodic"] for job in jobs} == {"each-second"}
+    assert len({job["periodic_at"] for job in jobs}) == len(jobs)

@@ -387,6 +387,7 @@ def test_sidekiq_api_lists_forkq_and_its_quiet_and_stop_reach_it(
         "tag": "interop", "queues": ["critical", "default"], "concurrency": 3,
         "labels": ["blue"], "stopping": False}
     assert seen["total_concurrency"] == 3 and seen["workers_size"] == 1
+    until(lambda: _api_view(server)["leader"] == identity, 10, "ProcessSet#leader is not forkq")
     (work,) = seen["workers"]
     assert work["process"] == identity and work["thread"] == str(busy_pid)
     assert work["queue"] == "critical" and isinstance(work["run_at"], int)

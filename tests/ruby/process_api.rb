@@ -1,7 +1,7 @@
 # What Sidekiq's Ruby API sees of the running processes, as one line of JSON:
 #   {"processes": [{identity, pid, hostname, tag, queues, concurrency, labels, busy,
 #                   stopping, beat}...],
-#    "total_concurrency": n, "workers_size": n,
+#    "total_concurrency": n, "workers_size": n, "leader": identity or "",
 #    "workers": [{process, thread, queue, run_at, payload_type, class, jid, queue_in_payload}...]}
 #
 #   ruby process_api.rb                  prints the view
@@ -46,6 +46,7 @@ def view
     "total_concurrency" => Sidekiq::ProcessSet.new(false).total_concurrency,
     "workers_size" => Sidekiq::Workers.new.size,
     "workers" => workers,
+    "leader" => Sidekiq::ProcessSet.new(false).leader,
   }
 end
 
