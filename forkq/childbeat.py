@@ -1,7 +1,9 @@
 """A processor child's heartbeat: a thread that writes the child's state to Redis.
 
 Contract: every :data:`INTERVAL` seconds the thread writes
-``HSET forkq:beats:<identity> <pid> {"at": <epoch>, "seq": <n>, "job": <job or null>}``
+``HSET forkq:beats:<identity> <pid> {"at": <epoch>, "seq": <n>, "job": <job or null>,
+"loops": <n>}`` (``loops``: the main loop's turn count, which the scheduler child
+advances at least once a second)
 and ``EXPIRE`` 60 s. ``seq`` grows by one per beat: the master culls a child
 whose ``seq`` stops changing. The thread keeps beating while the main thread
 runs a job of any length (pure-Python loops release the GIL every few
@@ -46,11 +48,11 @@ from typing import Any
 import redis
 
 from forkq import keys, logs
+from forkq.errors import EXIT_ORPHANED
 
 log = logging.getLogger(__name__)
 
 INTERVAL = 2.0
-EXIT_ORPHANED = 75  # EX_TEMPFAIL
 
 
 class ChildBeat:
@@ -59,6 +61,7 @@ class ChildBeat:
     def __init__(self, client: redis.Redis, identity: str, pid: int, *, master_pid: int,
                  orphan_grace: float) -> None:
         self.job: dict[str, Any] | None = None
+        self.loops = 0  # turns of the main loop, for a child whose loop never blocks long
         self._master_pid = master_pid
         self._orphan_grace = orphan_grace
         self._orphaned_at: float | None = None
@@ -137,7 +140,8 @@ class ChildBeat:
         job = self.job
         if job is not None:
             job = {**job, "payload": job["payload"].decode("utf-8", "replace")}
-        entry = json.dumps({"at": time.time(), "seq": self._seq, "job": job})
+        entry = json.dumps({"at": time.time(), "seq": self._seq, "job": job,
+                            "loops": self.loops})
         try:
             with self._redis.pipeline(transaction=False) as pipe:
                 pipe.hset(self._key, str(self._pid), entry)

@@ -169,13 +169,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("leader_lease_ttl", FLOAT, "the leader's lease, seconds: a dead leader is replaced "
             "within this", "FORKQ_LEADER_LEASE_TTL", check=at_least(2)),
     Setting("leader_renew_interval", FLOAT, "how often the leader renews its lease, seconds; "
-            "under half of leader_lease_ttl", "FORKQ_LEADER_RENEW_INTERVAL", check=at_least(0.1)),
+            "at most half of leader_lease_ttl", "FORKQ_LEADER_RENEW_INTERVAL",
+            check=at_least(0.1)),
     Setting("orphan_sweep_interval", FLOAT, "how often the leader looks for jobs held by dead "
             "processes, seconds", "FORKQ_ORPHAN_SWEEP_INTERVAL", check=at_least(0.5)),
     Setting("periodic", PERIODIC, "periodic (cron) jobs: name, cron, class, args, queue, "
             "timezone, missed"),
     Setting("periodic_grace", FLOAT, "a periodic tick not enqueued this many seconds after its "
-            "time counts as missed", "FORKQ_PERIODIC_GRACE", check=at_least(0)),
+            "time counts as missed; at least leader_lease_ttl", "FORKQ_PERIODIC_GRACE",
+            check=at_least(0)),
     Setting("environment", STR, "environment section of the YAML to apply", "FORKQ_ENV",
             ("-e", "--environment"), metavar="ENV", in_file=False),
     Setting("config_file", STR, "YAML config file", "FORKQ_CONFIG", ("-C", "--config"),
@@ -239,14 +241,18 @@ def _build(layers: Sequence[_Layer]) -> Config:
 
 
 def _check_together(config: Config) -> None:
-    """Checks across settings; the message names the setting given last in the pair."""
+    """Checks across settings (a leader hand-off must not count as a missed periodic tick)."""
     if config.leader_renew_interval * 2 > config.leader_lease_ttl:
-        name = "leader_renew_interval"
-        if config.origin(name) == "default":
-            name = "leader_lease_ttl"
-        raise ConfigError(f"{config.origin(name)}: {name}: leader_renew_interval "
-                          f"({config.leader_renew_interval:g}s) must be at most half of "
-                          f"leader_lease_ttl ({config.leader_lease_ttl:g}s)")
+        _conflict(config, "leader_renew_interval", "must be at most half of", "leader_lease_ttl")
+    if config.periodic_grace < config.leader_lease_ttl:
+        _conflict(config, "periodic_grace", "must be at least", "leader_lease_ttl")
+
+
+def _conflict(config: Config, name: str, relation: str, other: str) -> None:
+    """Raise for two settings that disagree, at the position of the one that was given."""
+    blamed = name if config.origin(name) != "default" else other
+    raise ConfigError(f"{config.origin(blamed)}: {blamed}: {name} ({getattr(config, name):g}s) "
+                      f"{relation} {other} ({getattr(config, other):g}s)")
 
 
 def _from_texts(setting: Setting, texts: list[str], where: str) -> object:

@@ -58,7 +58,7 @@ def move_due(client: redis.Redis, token: str, now: float, *, batches: int = 50) 
             members = [raw(cast(bytes, member)) for member in found]
             if not members:
                 break
-            args: list[str | bytes] = [token]
+            args: list[str | bytes] = [token, repr(now)]
             for member in members:
                 job, queue = rewrite(member, now)
                 args += [member, job, queue]

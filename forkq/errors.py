@@ -9,6 +9,8 @@ from __future__ import annotations
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
+EXIT_SOFTWARE = 70  # EX_SOFTWARE: a child's code raised past its process boundary
+EXIT_ORPHANED = 75  # EX_TEMPFAIL: a child outlived its master by the stop timeout
 EXIT_CONFIG = 78  # EX_CONFIG: bad configuration; do not restart
 EXIT_CHILD_BOOT = 79  # a processor child could not set itself up after fork; the master
 # exits with it too when its children failed to boot too many times in a row

@@ -85,6 +85,7 @@ class Fetcher:
                 self._inflight,
                 keys.STAT_PROCESSED,
                 keys.daily(keys.STAT_PROCESSED, date),
+                keys.INFLIGHT_REGISTRY,
                 *self.order(),
             ],
             args=[ack or b"", "1" if fetch else "0", keys.DAILY_STAT_TTL],

@@ -39,6 +39,7 @@ class ChildBeat:
     seq: int
     at: float
     job: dict[str, Any] | None
+    loops: int = 0
 
 
 def process_info(config: Config, identity: str, pid: int, started_at: float, *,
@@ -106,7 +107,8 @@ def read_children(client: redis.Redis, identity: str) -> dict[int, ChildBeat]:
     for pid, raw in client.hgetall(keys.beats(identity)).items():
         try:
             entry = json.loads(raw)
-            found[int(pid)] = ChildBeat(int(entry["seq"]), float(entry["at"]), entry.get("job"))
+            found[int(pid)] = ChildBeat(int(entry["seq"]), float(entry["at"]), entry.get("job"),
+                                        int(entry.get("loops", 0)))
         except (ValueError, TypeError, KeyError):
             continue
     return found

@@ -29,9 +29,11 @@ forkq's own keys:
   empty, or ``[queue key, job]`` for the one job a processor child runs; emptied
   by the ack, by failure filing, or by the requeue once the child is gone.
 - ``forkq:inflight`` — set, no TTL — registry of in-flight lists (a child adds its
-  own at boot; the requeue removes it), so recovery never SCANs the keyspace.
+  own at boot and fetch.lua with every job it moves in; the master's requeue and the
+  leader's orphan sweep remove it), so recovery never SCANs the keyspace.
 - ``forkq:beats:<identity>`` — hash, 60 s — each child's own heartbeat: child pid →
-  JSON ``{"at", "seq", "job"}``, written by the child every couple of seconds; the
+  JSON ``{"at", "seq", "job", "loops"}``, written by the child every couple of seconds
+  (the scheduler child too); the
   master reads it to fill ``:workers``, cull stale children and enforce job timeouts.
 - ``forkq:kills:<jid>`` — string, 7 days — how many processors died while running
   this job (a recovery by the leader counts too); at 3 the job goes to the dead set

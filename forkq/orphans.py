@@ -58,7 +58,7 @@ def sweep(client: redis.Redis, token: str, *, now: float) -> list[Recovered]:
     recovered: list[Recovered] = []
     for identity in _dead(client, candidates):
         for key in lists.get(identity, []):
-            found = _recover(client, token, identity, key, now)
+            found = _recover(client, token, identity=identity, key=key, now=now)
             if found is not None:
                 recovered.append(found)
         _forget(client, token, identity)
@@ -86,7 +86,7 @@ def _dead(client: redis.Redis, identities: list[str]) -> list[str]:
     return [identity for identity, count in zip(identities, counts, strict=True) if count == 0]
 
 
-def _recover(client: redis.Redis, token: str, identity: str, key: str, now: float
+def _recover(client: redis.Redis, token: str, *, identity: str, key: str, now: float
              ) -> Recovered | None:
     held = client.lrange(key, 0, 1)
     job = raw(held[1]) if len(held) == 2 else b""

@@ -35,7 +35,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import redis
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 from forkq import keys, wirejson
 from forkq import payload as payloads
@@ -48,6 +48,7 @@ from forkq.settingkinds import InvalidError, show
 
 MISSED_POLICIES = ("latest", "skip")
 MAX_TICKS = 100  # ticks fired in one go at most (a seconds-cron after a long grace)
+BOUNDARY = 0.001  # a tick exactly ``grace`` seconds old is still on time
 _FIELDS = frozenset({"name", "cron", "class", "args", "queue", "timezone", "missed"})
 
 
@@ -93,6 +94,11 @@ def _entry(item: object, index: int) -> Periodic:
     cron, job = item.get("cron"), item.get("class")
     if not isinstance(cron, str) or not croniter.is_valid(cron):
         raise problem(f"cron: expected a cron expression such as '*/5 * * * *', got {show(cron)}")
+    timezone = _timezone(item, problem)
+    try:
+        check_schedule(cron, timezone)
+    except ValueError as exc:
+        raise problem(f"cron: {cron!r}: {exc}") from None
     if not isinstance(job, str) or not job:
         raise problem(f"class: expected the name of a registered job, got {show(job)}")
     args = item.get("args", [])
@@ -104,7 +110,7 @@ def _entry(item: object, index: int) -> Periodic:
         raise problem(f"args: not JSON ({exc})") from None
     return Periodic(name=_text(item, "name", f"{job} {cron}", problem), cron=cron, job=job,
                     args=tuple(args), queue=_queue(item, problem),
-                    timezone=_timezone(item, problem), missed=_missed(item, problem))
+                    timezone=timezone, missed=_missed(item, problem))
 
 
 def _text(item: dict[str, Any], key: str, default: str, problem: Any) -> str:
@@ -151,21 +157,58 @@ def _cron(entry: Periodic, start: float) -> croniter:
     return croniter(entry.cron, dt.datetime.fromtimestamp(start, ZoneInfo(entry.timezone)))
 
 
+def _wall(entry: Periodic, tick: float) -> dt.datetime:
+    """A tick's local wall-clock time, without the zone (equal across a DST fall-back)."""
+    return dt.datetime.fromtimestamp(tick, ZoneInfo(entry.timezone)).replace(tzinfo=None)
+
+
+def _repeats(entry: Periodic, tick: float) -> bool:
+    """Whether ``tick`` is a second run of the previous tick's wall-clock time: the hour that
+    repeats when DST ends (02:30 of a daily job happens twice in Europe/Berlin)."""
+    before = float(_cron(entry, tick).get_prev(float))
+    return _wall(entry, before) == _wall(entry, tick)
+
+
 def next_tick(entry: Periodic, after: float) -> float:
-    """The first tick strictly after ``after``."""
-    return float(_cron(entry, after).get_next(float))
+    """The first tick strictly after ``after`` (a wall-clock time repeated by DST runs once)."""
+    it = _cron(entry, after)
+    tick = float(it.get_next(float))
+    while _repeats(entry, tick):
+        tick = float(it.get_next(float))
+    return tick
 
 
 def latest_tick(entry: Periodic, now: float) -> float:
-    """The last tick at or before ``now``."""
-    return float(_cron(entry, now + 0.001).get_prev(float))
+    """The last tick at or before ``now`` (never one after it)."""
+    it = _cron(entry, now)
+    tick = float(it.get_prev(float))  # strictly before now, or at it with a fraction
+    following = next_tick(entry, tick)
+    if following <= now:
+        tick = following  # now is exactly on a tick
+    while _repeats(entry, tick):
+        tick = float(it.get_prev(float))
+    return tick
 
 
-def due_ticks(entry: Periodic, last: float | None, now: float, grace: float
+def check_schedule(cron: str, timezone: str) -> None:
+    """Raise ValueError when ``cron`` is not 5 or 6 fields or can never match (``0 0 30 2 *``)."""
+    if len(cron.split()) not in (5, 6):
+        raise ValueError("expected 5 fields, or 6 with seconds last")
+    probe = Periodic(name="", cron=cron, job="", timezone=timezone)
+    now = time.time()
+    try:
+        next_tick(probe, now)
+        latest_tick(probe, now)
+    except CroniterError as exc:  # CroniterBadDateError: a date that never comes
+        raise ValueError(f"it never matches a date ({exc})") from None
+
+
+def due_ticks(entry: Periodic, last: float | None, now: float, *, grace: float
               ) -> tuple[list[float], float]:
     """The ticks to enqueue now, oldest first, and the new last-handled mark (module doc).
 
-    ``last`` is the last tick handled (None: never seen, so nothing is due yet).
+    ``last`` is the last tick handled (None: never seen, so nothing is due yet). On time
+    means ``now - grace <= tick <= now``; older ticks were missed.
     """
     if last is None:
         return [], now
@@ -173,7 +216,7 @@ def due_ticks(entry: Periodic, last: float | None, now: float, grace: float
     if latest <= last:
         return [], last
     recent: list[float] = []
-    moment = max(last, now - grace)
+    moment = max(last, now - grace - BOUNDARY)
     while len(recent) < MAX_TICKS:
         moment = next_tick(entry, moment)
         if moment > now:

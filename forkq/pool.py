@@ -42,7 +42,7 @@ import redis
 
 from forkq import keys
 from forkq.config import Config
-from forkq.errors import EXIT_CHILD_BOOT
+from forkq.errors import EXIT_CHILD_BOOT, EXIT_SOFTWARE
 from forkq.heartbeat import ChildBeat, busy_entry
 from forkq.processor import FORK_BLOCKED, STOP_SIGNAL, Processor, ServerChain
 from forkq.registry import Registry
@@ -193,7 +193,7 @@ class Pool:
             code = processor.run()
         except BaseException:  # noqa: BLE001 - the child's process boundary
             traceback.print_exc()
-            code = 70  # EX_SOFTWARE
+            code = EXIT_SOFTWARE
         finally:
             os._exit(code)
 
@@ -348,7 +348,7 @@ class Pool:
         abnormal = code != 0 or child.killed is not None
         quick, _ = self._backoff.get(child.slot, (0, 0.0))
         quick = quick + 1 if abnormal and now - child.started < QUICK_DEATH else 0
-        delay = 0.0 if quick == 0 else min(BACKOFF_BASE * 2 ** (quick - 1), MAX_BACKOFF)
+        delay = respawn_delay(quick)
         self._backoff[child.slot] = (quick, now + delay)
         if delay:
             log.warning("processor-%d respawns in %.1fs", child.slot, delay)
@@ -378,6 +378,11 @@ class Pool:
     def pending(self) -> list[str]:
         """In-flight keys still to settle."""
         return [gone.inflight_key for gone in self._pending.values()]
+
+
+def respawn_delay(quick_deaths: int) -> float:
+    """Seconds before a respawn after ``quick_deaths`` quick abnormal deaths in a row."""
+    return 0.0 if quick_deaths == 0 else min(BACKOFF_BASE * 2 ** (quick_deaths - 1), MAX_BACKOFF)
 
 
 def describe(status: int) -> str:

@@ -102,6 +102,7 @@ class Processor:
         self.stopping = False
         self._ack_pending: bytes | None = None  # the completed job, until acknowledged
         self._failure: retry.Failure | None = None
+        self._failed_job = b""  # the bytes of the job self._failure files
         self._outage_since: float | None = None
         self._jobs_done = 0
         self._memory_checked = 0.0
@@ -186,7 +187,10 @@ class Processor:
     def _settle(self, *, fetch: bool) -> Fetched | None:
         """File a pending failure, then acknowledge and/or fetch."""
         if self._failure is not None:
-            retry.file(self.redis, self.inflight_key, self._failure)
+            if not retry.file(self.redis, self.inflight_key, self._failure,
+                              held=self._failed_job):
+                log.warning("not filing the failure: the job was recovered while this "
+                            "process was cut off from Redis, and is queued again")
             self._failure = None
         if not fetch and self._ack_pending is None:
             return None
@@ -213,6 +217,7 @@ class Processor:
         try:
             self.middleware.run(context, lambda: spec.call(payload))
         except BaseException as exc:  # noqa: BLE001 - the one boundary where any job failure lands
+            self._failed_job = fetched.raw
             self._failure = retry.plan(payload, exc, max_retries=self.config.max_retries,
                                        rng=self._rng, now=time.time(),
                                        retry_in=spec.options.retry_in)
@@ -247,6 +252,7 @@ class Processor:
     def _bury(self, fetched: Fetched, exc: JobError, now: float) -> None:
         payload = payloads.unrunnable(fetched.raw, fetched.queue, now)
         retry.record_error(payload, f"forkq.{type(exc).__name__}", str(exc), now)
+        self._failed_job = fetched.raw
         self._failure = retry.bury(payload, now)
         log.error("queue %s: %s; moved to the dead set", fetched.queue, exc)
 

@@ -138,12 +138,15 @@ def bury(payload: payloads.Payload, now: float) -> Failure:
     return Failure(mode, payloads.encode(payload), now)
 
 
-def file(redis_client: Any, inflight_key: str, failure: Failure) -> None:
-    """Atomically release the in-flight job and file ``failure`` (fail.lua)."""
+def file(redis_client: Any, inflight_key: str, failure: Failure, *, held: bytes) -> bool:
+    """Atomically release the in-flight job ``held`` and file ``failure`` (fail.lua).
+
+    False (nothing filed) when the in-flight list no longer holds ``held``: the leader's
+    orphan sweep requeued it while this process was cut off from Redis."""
     date = keys.utc_date(time.time())
     script = redis_client.register_script(source("fail"))
     target = keys.RETRY if failure.mode == "retry" else keys.DEAD
-    script(
+    result = script(
         keys=[
             inflight_key,
             target,
@@ -159,5 +162,7 @@ def file(redis_client: Any, inflight_key: str, failure: Failure) -> None:
             keys.DAILY_STAT_TTL,
             repr(failure.score - keys.DEAD_TIMEOUT),
             keys.DEAD_MAX_JOBS,
+            held,
         ],
     )
+    return bool(result != b"gone")

@@ -2,8 +2,9 @@
 
 One slot for one child (:class:`~forkq.scheduler.Scheduler`), kept filled while
 the daemon is neither quiet nor stopping and ``scheduler`` is true. The child
-beats like a processor (:mod:`forkq.childbeat`) into ``forkq:beats:<identity>``;
-a child whose beat stops changing for ``liveness_timeout`` is SIGKILLed (a
+beats like a processor (:mod:`forkq.childbeat`) into ``forkq:beats:<identity>``,
+with the count of its main loop's turns; a child whose loop has not turned for
+``liveness_timeout`` (stopped, or stuck in a call) is SIGKILLed (a
 stopped scheduler is harmless to the cluster — its lease expires and the
 fenced scripts refuse it — but it must not hold this daemon's slot forever).
 A quick abnormal death delays the next fork by 0.5, 1, 2 ... up to 30 s; a
@@ -24,8 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from forkq.config import Config
+from forkq.errors import EXIT_SOFTWARE
 from forkq.heartbeat import ChildBeat
-from forkq.pool import BACKOFF_BASE, MAX_BACKOFF, QUICK_DEATH, describe
+from forkq.pool import MAX_BACKOFF, QUICK_DEATH, describe, respawn_delay
 from forkq.processor import FORK_BLOCKED, STOP_SIGNAL
 from forkq.registry import Registry
 from forkq.scheduler import Scheduler
@@ -37,8 +39,8 @@ log = logging.getLogger(__name__)
 class _Running:
     pid: int
     started: float  # monotonic
-    seen: float  # monotonic time its heartbeat last changed
-    seq: int = -1
+    seen: float  # monotonic time its main loop last turned, as its heartbeat said
+    loops: int = -1
     retiring: bool = False
     killed: bool = False
 
@@ -89,7 +91,7 @@ class SchedulerSlot:
 
     def _become_scheduler(self) -> None:
         """In the forked child: drop the master's state and run the Scheduler. Never returns."""
-        code = 70  # EX_SOFTWARE
+        code = EXIT_SOFTWARE
         try:
             self._in_child()
             code = Scheduler(self.config, identity=self.identity, registry=self.registry).run()
@@ -120,13 +122,14 @@ class SchedulerSlot:
                 os.kill(self._child.pid, signal.SIGKILL)
 
     def watch(self, beats: dict[int, ChildBeat], now: float) -> None:
-        """Take in the scheduler's heartbeat; cull it when it has gone silent."""
+        """Take in the scheduler's heartbeat; cull it when its main loop has not turned for
+        ``liveness_timeout`` (it turns at least once a second, in any state)."""
         child = self._child
         if child is None:
             return
         beat = beats.get(child.pid)
-        if beat is not None and beat.seq != child.seq:
-            child.seq, child.seen = beat.seq, now
+        if beat is not None and beat.loops != child.loops:
+            child.loops, child.seen = beat.loops, now
         silent = now - child.seen
         if silent > self.config.liveness_timeout:
             self.kill(f"no heartbeat for {silent:.0f}s "
@@ -157,7 +160,7 @@ class SchedulerSlot:
         quick = abnormal and now - child.started < QUICK_DEATH
         self._quick_deaths = self._quick_deaths + 1 if quick else 0
         if self._quick_deaths:
-            delay = min(BACKOFF_BASE * 2 ** (self._quick_deaths - 1), MAX_BACKOFF)
+            delay = respawn_delay(self._quick_deaths)
             self._not_before = now + delay
             log.warning("scheduler respawns in %.1fs", delay)
         return child.pid

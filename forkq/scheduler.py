@@ -52,6 +52,7 @@ from forkq.signals import SelfPipe
 log = logging.getLogger(__name__)
 
 MAX_SLEEP = 1.0  # also how fast a scheduler notices its master is gone
+RECONNECT_SETTLE = 12.0  # > a master beat (5 s) plus a child beat (2 s), with slack
 SOCKET_TIMEOUT = 5.0
 WATCHED = ("schedule", "retry", "forkq:leader")
 
@@ -65,6 +66,7 @@ class Scheduler:
         self.registry = registry
         self.stopping = False
         self._outage_since: float | None = None
+        self._connected_since = 0.0  # monotonic: since when Redis has answered every call
         self._next_renew = 0.0  # monotonic
         self._next_sweep = 0.0  # monotonic
         self._next_tick = 0.0  # epoch: when a periodic job is next due
@@ -74,18 +76,21 @@ class Scheduler:
     def run(self) -> int:
         """Set up, campaign and act until told to stop, hand over; the exit code."""
         self._setup()
-        while not self.stopping:
-            wait = self._guarded(lambda: self.loop_once(time.monotonic()))
-            if self._watch.wait(MAX_SLEEP if wait is None else wait, self._pipe.fd):
+        try:
+            while not self.stopping:
+                self._beat.loops += 1  # the master culls a scheduler whose loop stalls
+                wait = self._guarded(lambda: self.loop_once(time.monotonic()))
+                self._watch.wait(MAX_SLEEP if wait is None else wait, self._pipe.fd)
                 self._check_signals()
-            self._check_signals()
-        self._hand_over()
+        finally:
+            self._hand_over()
         self._beat.stop()
         self._watch.close()
         return 0
 
     def _setup(self) -> None:
         self.master_pid = os.getppid()
+        self._connected_since = time.monotonic()
         logs.set_role("scheduler")
         for signum in IGNORED_SIGNALS:
             signal.signal(signum, ignore_signal)
@@ -127,15 +132,15 @@ class Scheduler:
     def loop_once(self, now: float) -> float:
         """Campaign or act once at monotonic ``now``; how long to wait before the next turn."""
         if not self.lease.holds(now):
-            if self.lease.token is not None:
-                self._step_down("the lease could expire before it was renewed")
-            if not self.lease.acquire():
-                return min(MAX_SLEEP, max(self.lease.holder_ttl(), 0.01))
-            self._inaugurate(now)
+            if self.lease.token is not None and not self.lease.renew():  # after a slow turn
+                self._step_down("the lease expired before it was renewed")
+            if self.lease.token is None:
+                if not self.lease.acquire():
+                    return min(MAX_SLEEP, max(self.lease.holder_ttl(), 0.01))
+                self._inaugurate(now)
         try:
             return self._act(now)
         except LeaseLostError as exc:
-            self.lease.step_down()
             self._step_down(f"the lease was lost ({exc})")
             return 0.0
 
@@ -162,12 +167,19 @@ class Scheduler:
         moved = due.move_due(self.redis, self._token(), wall)
         if moved:
             log.debug("moved %d due jobs", moved)
-        if now >= self._next_sweep:
+        if now >= self._sweep_time():
             orphans.sweep(self.redis, self._token(), now=wall)
             self._next_sweep = now + self.config.orphan_sweep_interval
         if self.config.periodic and wall >= self._next_tick:
             self._periodic(wall)
         return self._sleep(now, wall)
+
+    def _sweep_time(self) -> float:
+        """When the next orphan sweep may run: its interval, and never before Redis has
+        answered for :data:`RECONNECT_SETTLE` seconds in a row. After an outage every
+        process hash may have expired while its daemon lived on; they beat again within
+        that time, and must not be taken for dead."""
+        return max(self._next_sweep, self._connected_since + RECONNECT_SETTLE)
 
     def _token(self) -> str:
         if self.lease.token is None or not self.lease.holds(time.monotonic()):
@@ -175,7 +187,7 @@ class Scheduler:
         return self.lease.token
 
     def _sleep(self, now: float, wall: float) -> float:
-        wake = [MAX_SLEEP, self._next_renew - now, self._next_sweep - now]
+        wake = [MAX_SLEEP, self._next_renew - now, self._sweep_time() - now]
         if self.config.periodic:
             wake.append(self._next_tick - wall)
         earliest = due.next_due(self.redis)
@@ -187,17 +199,26 @@ class Scheduler:
 
     def _periodic(self, wall: float) -> None:
         last = periodic.last_handled(self.redis)
+        upcoming = []
         for entry in self.config.periodic:
-            ticks, mark = periodic.due_ticks(entry, last.get(entry.name), wall,
-                                             self.config.periodic_grace)
-            for tick in ticks:
-                self._fire(entry, tick, wall)
-            if mark not in ticks and mark > last.get(entry.name, float("-inf")):
-                periodic.fire(self.redis, self._token(), name=entry.name, tick=mark, payload=None)
-                if entry.name in last:
-                    log.warning("periodic %s: ticks up to %s were missed (policy %s)",
-                                entry.name, periodic.describe(mark), entry.missed)
-        self._next_tick = min(periodic.next_tick(entry, wall) for entry in self.config.periodic)
+            try:
+                self._tick(entry, last.get(entry.name), wall)
+                upcoming.append(periodic.next_tick(entry, wall))
+            except (redis.RedisError, LeaseLostError):
+                raise
+            except Exception:  # one bad entry must not stop the cluster's scheduling
+                log.exception("periodic %s: cannot be scheduled; skipped", entry.name)
+        self._next_tick = min(upcoming, default=wall + MAX_SLEEP * 60)
+
+    def _tick(self, entry: periodic.Periodic, last: float | None, wall: float) -> None:
+        ticks, mark = periodic.due_ticks(entry, last, wall, grace=self.config.periodic_grace)
+        for tick in ticks:
+            self._fire(entry, tick, wall)
+        if mark not in ticks and (last is None or mark > last):
+            periodic.fire(self.redis, self._token(), name=entry.name, tick=mark, payload=None)
+            if last is not None:
+                log.warning("periodic %s: ticks up to %s were missed (policy %s)",
+                            entry.name, periodic.describe(mark), entry.missed)
 
     def _fire(self, entry: periodic.Periodic, tick: float, wall: float) -> None:
         payload = periodic.payload_for(entry, self.registry, tick, wall)
@@ -225,6 +246,7 @@ class Scheduler:
         if self._outage_since is not None:
             log.warning("Redis is online, %.1f sec downtime", time.monotonic() - self._outage_since)
             self._outage_since = None
+            self._connected_since = time.monotonic()
         return wait
 
     def _title(self, state: str) -> None:

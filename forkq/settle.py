@@ -102,7 +102,7 @@ def _requeue(client: redis.Redis, gone: Gone, raw: bytes, detail: str = "") -> S
 def _file(
     client: redis.Redis, gone: Gone, failure: retry.Failure, raw: bytes, detail: str
 ) -> Settled:
-    retry.file(client, gone.inflight_key, failure)
+    retry.file(client, gone.inflight_key, failure, held=raw)
     client.srem(keys.INFLIGHT_REGISTRY, gone.inflight_key)
     return Settled(failure.mode, raw, detail)
 

@@ -134,9 +134,9 @@ def test_a_leader_paused_past_its_lease_moves_no_job_after_waking(
         jids = {schedule(r, "Record", [i], now + 0.5 + i * 0.05, queue="probe")
                 for i in range(60)}  # due from before to after the wake-up
         time.sleep(0.5)
+        woke = a.log().count("no longer the scheduler leader")  # read before it can wake
     finally:
         os.kill(paused.pid, signal.SIGCONT)
-    woke = a.log().count("no longer the scheduler leader")
     until(lambda: r.llen("queue:probe") == 60, 10)
     until(lambda: "no longer the scheduler leader" in a.log(), 5)
     wait_for(lambda: r.llen("queue:probe") > 60, 2)  # a double move would show up here

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import random
 import re
 import time
 from zoneinfo import ZoneInfo
@@ -35,17 +36,17 @@ NOON = epoch(2026, 11, 21, 12, 0, 0)
 
 
 def test_a_new_entry_fires_nothing_and_starts_counting_now() -> None:
-    assert periodic.due_ticks(EVERY_MINUTE, None, NOON + 30, 60) == ([], NOON + 30)
+    assert periodic.due_ticks(EVERY_MINUTE, None, NOON + 30, grace=60) == ([], NOON + 30)
 
 
 def test_a_tick_fires_once_when_due() -> None:
-    assert periodic.due_ticks(EVERY_MINUTE, NOON - 30, NOON + 0.2, 60) == ([NOON], NOON)
-    assert periodic.due_ticks(EVERY_MINUTE, NOON, NOON + 0.5, 60) == ([], NOON)
-    assert periodic.due_ticks(EVERY_MINUTE, NOON, NOON + 59.9, 60) == ([], NOON)
+    assert periodic.due_ticks(EVERY_MINUTE, NOON - 30, NOON + 0.2, grace=60) == ([NOON], NOON)
+    assert periodic.due_ticks(EVERY_MINUTE, NOON, NOON + 0.5, grace=60) == ([], NOON)
+    assert periodic.due_ticks(EVERY_MINUTE, NOON, NOON + 59.9, grace=60) == ([], NOON)
 
 
 def test_ticks_within_the_grace_all_fire_in_order() -> None:
-    ticks, mark = periodic.due_ticks(EVERY_MINUTE, NOON - 120, NOON + 50, 200)
+    ticks, mark = periodic.due_ticks(EVERY_MINUTE, NOON - 120, NOON + 50, grace=200)
     assert ticks == [NOON - 60, NOON]
     assert mark == NOON
 
@@ -53,9 +54,37 @@ def test_ticks_within_the_grace_all_fire_in_order() -> None:
 @pytest.mark.parametrize(("missed", "fired"), [("latest", [NOON + 3600]), ("skip", [])])
 def test_ticks_missed_beyond_the_grace_follow_the_policy(missed: str, fired: list[float]) -> None:
     entry = Periodic(name="m", cron="* * * * *", job="Record", missed=missed)
-    ticks, mark = periodic.due_ticks(entry, NOON, NOON + 3600 + 30, 20)
+    ticks, mark = periodic.due_ticks(entry, NOON, NOON + 3600 + 30, grace=20)
     assert ticks == fired
     assert mark == NOON + 3600  # every tick up to the latest is handled
+
+
+def test_a_tick_due_right_now_is_never_dropped_nor_taken_early() -> None:
+    for missed in ("latest", "skip"):
+        entry = Periodic(name="m", cron="* * * * *", job="Record", missed=missed)
+        assert periodic.due_ticks(entry, NOON - 60, NOON + 0.003, grace=1) == ([NOON], NOON)
+        assert periodic.due_ticks(entry, NOON - 60, NOON + 10, grace=10) == ([NOON], NOON)
+        assert periodic.due_ticks(entry, NOON - 60, NOON - 0.0005, grace=30) == (
+            [], NOON - 60)  # half a millisecond early: not yet
+        assert periodic.latest_tick(entry, NOON - 0.0005) == NOON - 60
+        assert periodic.latest_tick(entry, NOON) == NOON
+
+
+def test_a_daily_tick_in_the_hour_dst_repeats_runs_once() -> None:
+    berlin = Periodic(name="b", cron="30 2 * * *", job="Record", timezone="Europe/Berlin")
+    first = epoch(2024, 10, 27, 0, 30, 0)  # 02:30 CEST; 02:30 CET would follow an hour later
+    assert periodic.next_tick(berlin, first - 60) == first
+    assert periodic.next_tick(berlin, first) == epoch(2024, 10, 28, 1, 30, 0)  # 02:30 CET
+    assert periodic.latest_tick(berlin, first + 3600 + 60) == first
+    assert periodic.due_ticks(berlin, first, first + 3600 + 60, grace=60) == ([], first)
+
+
+def test_a_cron_that_never_matches_is_rejected() -> None:
+    for cron in ("0 0 30 2 *", "0 0 31 4 *"):
+        with pytest.raises(ValueError, match="never matches"):
+            periodic.check_schedule(cron, "UTC")
+    with pytest.raises(ValueError, match="5 fields"):
+        periodic.check_schedule("* * * * * * 2030", "UTC")
 
 
 def test_the_timezone_decides_when_a_daily_tick_is() -> None:
@@ -117,6 +146,9 @@ def test_the_renew_interval_must_be_under_half_the_lease(tmp_path: object) -> No
         load(tmp_path, "leader_lease_ttl: 5\nleader_renew_interval: 3\n")
     with pytest.raises(ConfigError, match="must be at least 2"):
         load(tmp_path, "leader_lease_ttl: 1\n")
+    with pytest.raises(ConfigError, match=r"c.yml:1:\d+: periodic_grace: periodic_grace \(5s\) "
+                       r"must be at least leader_lease_ttl \(10s\)"):
+        load(tmp_path, "periodic_grace: 5\n")
 
 
 def test_a_periodic_job_must_be_registered(tmp_path: object) -> None:
@@ -314,3 +346,25 @@ def test_a_tick_is_enqueued_once_whoever_fires_it(r: redis.Redis) -> None:
     assert not periodic.fire(r, token, name="m", tick=NOON - 60, payload=payload)
     assert r.llen("queue:ticks") == 1 and r.sismember(keys.QUEUES, "ticks")
     assert periodic.last_handled(r) == {"m": NOON}
+
+
+def test_a_member_rescheduled_after_it_was_read_is_not_moved(r: redis.Redis) -> None:
+    from forkq.scripts import source
+
+    job = scheduled_job("x")
+    now = time.time()
+    r.zadd(keys.SCHEDULE, {job: now + 3600})  # read as due, then rescheduled (ZINCRBY)
+    move = r.register_script(source("move"))
+    assert move(keys=[keys.LEADER, keys.SCHEDULE, keys.QUEUES],
+                args=[grab(r), repr(now), job, job, "default"]) == 0
+    assert r.zscore(keys.SCHEDULE, job) == now + 3600 and r.llen("queue:default") == 0
+
+
+def test_a_fetch_puts_its_in_flight_list_back_in_the_registry(r: redis.Redis) -> None:
+    from forkq.fetch import Fetcher
+
+    key = keys.inflight("cut:1:ffffffffffff", 7)
+    r.lpush("queue:default", b"job")
+    fetcher = Fetcher(r, key, queues=[("default", 1)], strict=True, rng=random.Random())
+    assert fetcher.ack_and_fetch(ack=None) is not None
+    assert r.sismember(keys.INFLIGHT_REGISTRY, key)

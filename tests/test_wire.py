@@ -112,24 +112,40 @@ def test_requeue_puts_the_job_back_at_the_front_unchanged(r: redis.Redis) -> Non
     assert fetch.requeue(r, "forkq:inflight:test:1", unregister=True) is None
 
 
-def test_fail_files_retry_then_dead_and_counts(r: redis.Redis) -> None:
-    r.lpush("queue:a", b"x")
+def _hold(r: redis.Redis, job: bytes) -> bytes:
+    """Put ``job`` in the in-flight list forkq:inflight:test:1, as a fetch does."""
+    r.lpush("queue:a", job)
     _fetcher(r, [("a", 1)]).ack_and_fetch(ack=None)
-    retry.file(r, "forkq:inflight:test:1", retry.Failure("retry", '{"jid":"1"}', 1e10))
+    return job
+
+
+def test_fail_files_retry_then_dead_and_counts(r: redis.Redis) -> None:
+    key = "forkq:inflight:test:1"
+    assert retry.file(r, key, retry.Failure("retry", '{"jid":"1"}', 1e10), held=_hold(r, b"x"))
     assert r.zrange("retry", 0, -1, withscores=True) == [(b'{"jid":"1"}', 1e10)]
-    assert r.exists("forkq:inflight:test:1") == 0
+    assert r.exists(key) == 0
     now = time.time()
     r.zadd("dead", {"ancient": now - keys.DEAD_TIMEOUT - 10})
-    retry.file(r, "forkq:inflight:test:1", retry.Failure("dead", '{"jid":"2"}', now))
+    retry.file(r, key, retry.Failure("dead", '{"jid":"2"}', now), held=_hold(r, b"y"))
     assert r.zrange("dead", 0, -1) == [b'{"jid":"2"}']
-    retry.file(r, "forkq:inflight:test:1", retry.Failure("drop", '{"jid":"3"}', now))
+    retry.file(r, key, retry.Failure("drop", '{"jid":"3"}', now), held=_hold(r, b"z"))
     assert r.zcard("retry") == 1 and r.zcard("dead") == 1
     assert (int(r.get("stat:processed") or 0), int(r.get("stat:failed") or 0)) == (3, 3)
+
+
+def test_fail_files_nothing_for_a_job_the_list_no_longer_holds(r: redis.Redis) -> None:
+    key = "forkq:inflight:test:1"
+    _hold(r, b"recovered")
+    r.delete(key)  # the leader's orphan sweep gave it back while this process was cut off
+    assert not retry.file(r, key, retry.Failure("retry", '{"jid":"1"}', 1e10),
+                          held=b"recovered")
+    assert r.zcard("retry") == 0 and r.get("stat:failed") is None
 
 
 def test_dead_set_is_trimmed_to_its_size(r: redis.Redis) -> None:
     now = time.time()
     r.zadd("dead", {f"old{n}": now - 20_000 + n for n in range(keys.DEAD_MAX_JOBS)})
-    retry.file(r, "forkq:inflight:test:1", retry.Failure("dead", "newest", now))
+    retry.file(r, "forkq:inflight:test:1", retry.Failure("dead", "newest", now),
+               held=_hold(r, b"x"))
     assert r.zcard("dead") == keys.DEAD_MAX_JOBS
     assert r.zrange("dead", -1, -1) == [b"newest"] and r.zscore("dead", "old0") is None

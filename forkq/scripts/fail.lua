@@ -10,8 +10,15 @@
 -- ARGV[4]  TTL in seconds of the daily stat keys
 -- ARGV[5]  dead set: entries scored at or below this are trimmed (now - 180 days)
 -- ARGV[6]  dead set: entries kept at most (10000)
+-- ARGV[7]  the job as fetched: nothing happens unless KEYS[1] still holds it
 --
--- Returns the mode. Counts one processed and one failed execution, as Sidekiq.
+-- Returns the mode, or "gone" when KEYS[1] no longer holds ARGV[7] (the leader's orphan
+-- sweep gave the job back while this process was cut off: it is queued again, so filing
+-- the failure too would run it twice). Counts one processed and one failed execution,
+-- as Sidekiq.
+if redis.call("LINDEX", KEYS[1], 1) ~= ARGV[7] then
+  return "gone"
+end
 redis.call("DEL", KEYS[1])
 if ARGV[1] ~= "drop" then
   redis.call("ZADD", KEYS[2], ARGV[3], ARGV[2])

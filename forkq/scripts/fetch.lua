@@ -2,7 +2,8 @@
 --
 -- KEYS[1]   this processor's in-flight list: empty, or exactly {queue key, job}
 -- KEYS[2]   stat:processed            KEYS[3]  stat:processed:<UTC date>
--- KEYS[4..] queue:<name> lists, in the order to try (weighted shuffle or strict)
+-- KEYS[4]   forkq:inflight, the registry of in-flight lists
+-- KEYS[5..] queue:<name> lists, in the order to try (weighted shuffle or strict)
 -- ARGV[1]   the job the processor completed, or "" for none: if KEYS[1] still holds
 --           exactly that job, empty KEYS[1] and count it processed
 -- ARGV[2]   "1": then fetch; "0": acknowledge only
@@ -11,7 +12,9 @@
 -- Returns false when nothing was fetched, else {queue key, job}. The job is moved
 -- from the right (oldest) end of the first non-empty queue into KEYS[1] together
 -- with the name of its queue, so that a crash at any moment leaves it recoverable
--- (requeue.lua) and never only in a process's memory.
+-- (requeue.lua) and never only in a process's memory. KEYS[1] is (re)added to the
+-- registry with every job moved in, so a list the leader's orphan sweep removed from
+-- the registry while its owner was cut off from Redis is tracked again.
 --
 -- Idempotent against a lost reply (the script ran, the connection dropped before
 -- the answer arrived, the processor calls again): the ack only removes the job it
@@ -30,10 +33,11 @@ local held = redis.call("LRANGE", KEYS[1], 0, 1)
 if #held == 2 then
   return held
 end
-for i = 4, #KEYS do
+for i = 5, #KEYS do
   local job = redis.call("LMOVE", KEYS[i], KEYS[1], "RIGHT", "LEFT")
   if job then
     redis.call("LPUSH", KEYS[1], KEYS[i])
+    redis.call("SADD", KEYS[4], KEYS[1])
     return {KEYS[i], job}
   end
 end
