@@ -114,7 +114,7 @@ def _write_config(tmp: str, url: str, concurrency: int) -> str:
     path = os.path.join(tmp, "bench.yml")
     with open(path, "w", encoding="utf-8") as f:
         f.write(f"concurrency: {concurrency}\nqueues: [{QUEUE}]\nrequire: forkq.bench\n"
-                f"redis_url: {url}\nlog_level: warning\n")
+                f"redis_url: {url}\nlog_level: warning\nscheduler: false\n")
     return path
 
 

@@ -164,15 +164,17 @@ class Scheduler:
                 raise LeaseLostError("renewal refused")
             self._next_renew = now + self.config.leader_renew_interval
         wall = time.time()
-        moved = due.move_due(self.redis, self._token(), wall)
-        if moved:
+        earliest = due.next_due(self.redis)
+        if earliest is not None and earliest <= wall:
+            moved = due.move_due(self.redis, self._token(), wall)
             log.debug("moved %d due jobs", moved)
+            earliest = due.next_due(self.redis)
         if now >= self._sweep_time():
             orphans.sweep(self.redis, self._token(), now=wall)
             self._next_sweep = now + self.config.orphan_sweep_interval
         if self.config.periodic and wall >= self._next_tick:
             self._periodic(wall)
-        return self._sleep(now, wall)
+        return self._sleep(now, wall, earliest)
 
     def _sweep_time(self) -> float:
         """When the next orphan sweep may run: its interval, and never before Redis has
@@ -186,11 +188,10 @@ class Scheduler:
             raise LeaseLostError("term over")
         return self.lease.token
 
-    def _sleep(self, now: float, wall: float) -> float:
+    def _sleep(self, now: float, wall: float, earliest: float | None) -> float:
         wake = [MAX_SLEEP, self._next_renew - now, self._sweep_time() - now]
         if self.config.periodic:
             wake.append(self._next_tick - wall)
-        earliest = due.next_due(self.redis)
         if earliest is not None:
             wake.append(earliest - wall)
         return max(min(wake), 0.0)
