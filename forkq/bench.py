@@ -28,7 +28,7 @@ import redis
 from forkq import benchsidekiq, hooks, keys, registry
 from forkq import client as clients
 from forkq.daemon import DaemonProcess, wait_for
-from forkq.embedded import EmbeddedServer
+from forkq.embedded import server_url
 from forkq.processor import MIDDLEWARE, JobContext
 
 QUEUE = "forkq-bench"
@@ -61,23 +61,14 @@ hooks.on_child_exit(_flush_latencies)
 def run(*, jobs: int, concurrency: int, latency_samples: int, redis_url: str | None,
         sidekiq: bool = False) -> int:
     """Run the benchmark and print its figures; the exit status."""
-    with tempfile.TemporaryDirectory(prefix="forkq-bench-") as tmp:
-        server = None
-        if redis_url is None:
-            server = EmbeddedServer(os.path.join(tmp, "srv"), persistent=False)
-            server.start()
-            redis_url = server.url
-        try:
-            status = _measure(tmp, redis_url, jobs, concurrency, latency_samples,
-                              embedded=server is not None)
-            if sidekiq and status == 0:
-                benchsidekiq.run(redis.Redis.from_url(redis_url, protocol=2), redis_url,
-                                 jobs=jobs, concurrency=concurrency,
-                                 log_path=os.path.join(tmp, "sidekiq.log"))
-            return status
-        finally:
-            if server is not None:
-                server.stop()
+    with tempfile.TemporaryDirectory(prefix="forkq-bench-") as tmp, \
+            server_url(tmp, redis_url) as url:
+        status = _measure(tmp, url, jobs, concurrency, latency_samples,
+                          embedded=redis_url is None)
+        if sidekiq and status == 0:
+            benchsidekiq.run(redis.Redis.from_url(url, protocol=2), url, jobs=jobs,
+                             concurrency=concurrency, log_path=os.path.join(tmp, "sidekiq.log"))
+        return status
 
 
 def _measure(tmp: str, url: str, jobs: int, concurrency: int, samples: int,

@@ -32,7 +32,7 @@ import redis
 from forkq import client as clients
 from forkq import keys
 from forkq.daemon import DaemonProcess, terminate, wait_for
-from forkq.embedded import EmbeddedServer
+from forkq.embedded import server_url
 from forkq.errors import ForkqError
 from forkq.registry import Job
 
@@ -53,23 +53,14 @@ class Stamp(Job, name="forkq.bench.stamp", queue=QUEUE, retry=False):
 def run(*, jobs: int, over: float, daemons: int, concurrency: int, redis_url: str | None,
         sidekiq: bool) -> int:
     """Run the benchmark, print its figures; 0 when every job ran exactly once."""
-    with tempfile.TemporaryDirectory(prefix="forkq-bench-") as tmp:
-        server = None
-        if redis_url is None:
-            server = EmbeddedServer(os.path.join(tmp, "srv"), persistent=False)
-            server.start()
-            redis_url = server.url
-        try:
-            r: redis.Redis = redis.Redis.from_url(redis_url, protocol=2)
-            status = _forkq(r, tmp, redis_url, jobs=jobs, over=over, daemons=daemons,
-                            concurrency=concurrency)
-            if sidekiq:
-                status |= _sidekiq(r, tmp, redis_url, jobs=jobs, over=over,
-                                   concurrency=concurrency)
-            return status
-        finally:
-            if server is not None:
-                server.stop()
+    with tempfile.TemporaryDirectory(prefix="forkq-bench-") as tmp, \
+            server_url(tmp, redis_url) as url:
+        r: redis.Redis = redis.Redis.from_url(url, protocol=2)
+        status = _forkq(r, tmp, url, jobs=jobs, over=over, daemons=daemons,
+                        concurrency=concurrency)
+        if sidekiq:
+            status |= _sidekiq(r, tmp, url, jobs=jobs, over=over, concurrency=concurrency)
+        return status
 
 
 def _forkq(r: redis.Redis, tmp: str, url: str, *, jobs: int, over: float, daemons: int,

@@ -14,11 +14,13 @@ stops it last. The same class gives the test suite a throwaway server
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 
 import redis
 
@@ -125,3 +127,18 @@ def _answers(socket_path: str) -> bool:
         return False
     finally:
         client.close()
+
+
+@contextlib.contextmanager
+def server_url(tmp: str, redis_url: str | None) -> Iterator[str]:
+    """``redis_url``, or the URL of a private throwaway server in ``tmp``, stopped on exit
+    (for ``forkq bench``)."""
+    if redis_url is not None:
+        yield redis_url
+        return
+    server = EmbeddedServer(os.path.join(tmp, "srv"), persistent=False)
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()

@@ -119,9 +119,8 @@ def _decide(job: bytes, now: float) -> tuple[str, str, str]:
     jid = str(payload.get("jid", ""))
     if not jid:
         return "requeue", "", ""
-    deaths = KILL_LIMIT
-    message = (f"its processor died {deaths} times while running it (last: its process "
-               "stopped heartbeating and the job was recovered)")
+    message = (f"its processor died {KILL_LIMIT} times while running it (last: its process "
+               "stopped heartbeating and the job was recovered)")  # used only at the limit
     retry.record_error(payload, retry.error_class_name(JobKilledError()), message, now)
     failure = retry.bury(payload, now)
     return "count", jid, failure.payload if failure.mode == "dead" else ""

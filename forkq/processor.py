@@ -48,6 +48,7 @@ from forkq.connection import connect
 from forkq.errors import EXIT_CHILD_BOOT, JobError
 from forkq.fetch import Fetched, Fetcher
 from forkq.middleware import Chain
+from forkq.outage import Outage
 from forkq.queuewatch import QueueWatch
 from forkq.registry import Registry
 from forkq.signals import SelfPipe
@@ -103,7 +104,7 @@ class Processor:
         self._ack_pending: bytes | None = None  # the completed job, until acknowledged
         self._failure: retry.Failure | None = None
         self._failed_job = b""  # the bytes of the job self._failure files
-        self._outage_since: float | None = None
+        self._outage = Outage(log)
         self._jobs_done = 0
         self._memory_checked = 0.0
 
@@ -136,9 +137,7 @@ class Processor:
     def _setup(self) -> None:
         self.master_pid = os.getppid()
         logs.set_role(f"processor-{self.slot}")
-        for signum in IGNORED_SIGNALS:  # a no-op handler, not SIG_IGN, which programs
-            signal.signal(signum, ignore_signal)  # that jobs start would inherit
-        self._pipe = SelfPipe([STOP_SIGNAL])
+        self._pipe = child_signals()
         random.seed()
         self._rng = random.Random()
         self.inflight_key = keys.inflight(self.identity, os.getpid())
@@ -154,13 +153,7 @@ class Processor:
         self._watch = QueueWatch(self.redis)
         self._registered = False
         self._title("idle")
-        self._beat = ChildBeat(
-            connect(self.config.redis_url, embedded_dir=self.config.embedded_dir,
-                    socket_timeout=2),
-            self.identity, os.getpid(), master_pid=self.master_pid,
-            orphan_grace=self.config.timeout)
-        self._beat.start()
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED)
+        self._beat = start_child_beat(self.config, self.identity, self.master_pid)
         hooks.run("child_boot", strict=True)
 
     def _register(self) -> None:
@@ -265,23 +258,36 @@ class Processor:
         try:
             step()
         except redis.RedisError as exc:
-            now = time.monotonic()
-            if self._outage_since is None:
-                self._outage_since = now
-                log.error("Redis unavailable: %s", exc)
-            backoff = min(0.1 * 2 ** min(int(now - self._outage_since), 5), 2.0)
+            lasted = self._outage.failed(exc)
+            backoff = min(0.1 * 2 ** min(int(lasted), 5), 2.0)
             received, _ = self._pipe.wait(backoff)
             if STOP_SIGNAL in received or os.getppid() != self.master_pid:
                 self.stopping = True
             return
-        if self._outage_since is not None:
-            downtime = time.monotonic() - self._outage_since
-            log.warning("Redis is online, %.1f sec downtime", downtime)
-            self._outage_since = None
+        self._outage.succeeded()
 
     def _title(self, state: str) -> None:
         tag = f" {self.config.tag}" if self.config.tag else ""
         setproctitle(f"forkq {__version__}{tag} processor-{self.slot} {state}")
+
+
+def child_signals() -> SelfPipe:
+    """In a forked child: ignore the group-wide signals (a no-op handler, not SIG_IGN, which
+    programs that jobs start would inherit) and return the self-pipe of STOP_SIGNAL."""
+    for signum in IGNORED_SIGNALS:
+        signal.signal(signum, ignore_signal)
+    return SelfPipe([STOP_SIGNAL])
+
+
+def start_child_beat(config: Config, identity: str, master_pid: int) -> ChildBeat:
+    """Start a child's heartbeat thread (its own connection), then unblock the signals the
+    master blocked around fork: every handler is in place now."""
+    beat = ChildBeat(connect(config.redis_url, embedded_dir=config.embedded_dir,
+                             socket_timeout=2),
+                     identity, os.getpid(), master_pid=master_pid, orphan_grace=config.timeout)
+    beat.start()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED)
+    return beat
 
 
 def ignore_signal(signum: int, frame: FrameType | None) -> None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import time
 from collections.abc import Callable
 
@@ -40,14 +39,13 @@ from setproctitle import setproctitle
 
 from forkq import __version__, due, logs, orphans, periodic
 from forkq import client as clients
-from forkq.childbeat import ChildBeat
 from forkq.config import Config
 from forkq.connection import connect
 from forkq.lease import Lease, LeaseLostError
-from forkq.processor import FORK_BLOCKED, IGNORED_SIGNALS, STOP_SIGNAL, ignore_signal
+from forkq.outage import Outage
+from forkq.processor import STOP_SIGNAL, child_signals, start_child_beat
 from forkq.queuewatch import QueueWatch
 from forkq.registry import Registry
-from forkq.signals import SelfPipe
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +63,7 @@ class Scheduler:
         self.identity = identity
         self.registry = registry
         self.stopping = False
-        self._outage_since: float | None = None
+        self._outage = Outage(log)
         self._connected_since = 0.0  # monotonic: since when Redis has answered every call
         self._next_renew = 0.0  # monotonic
         self._next_sweep = 0.0  # monotonic
@@ -92,9 +90,7 @@ class Scheduler:
         self.master_pid = os.getppid()
         self._connected_since = time.monotonic()
         logs.set_role("scheduler")
-        for signum in IGNORED_SIGNALS:
-            signal.signal(signum, ignore_signal)
-        self._pipe = SelfPipe([STOP_SIGNAL])
+        self._pipe = child_signals()
         self.redis = connect(self.config.redis_url, embedded_dir=self.config.embedded_dir,
                              socket_timeout=SOCKET_TIMEOUT)
         clients.configure(clients.Client(self.redis))
@@ -102,13 +98,7 @@ class Scheduler:
                            ttl=self.config.leader_lease_ttl)
         self._watch = QueueWatch(self.redis, WATCHED)
         self._title("follower")
-        self._beat = ChildBeat(
-            connect(self.config.redis_url, embedded_dir=self.config.embedded_dir,
-                    socket_timeout=2),
-            self.identity, os.getpid(), master_pid=self.master_pid,
-            orphan_grace=self.config.timeout)
-        self._beat.start()
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED)
+        self._beat = start_child_beat(self.config, self.identity, self.master_pid)
 
     def _check_signals(self) -> None:
         if STOP_SIGNAL in self._pipe.drain():
@@ -240,13 +230,9 @@ class Scheduler:
         try:
             wait = step()
         except redis.RedisError as exc:
-            if self._outage_since is None:
-                self._outage_since = time.monotonic()
-                log.error("Redis unavailable: %s", exc)
+            self._outage.failed(exc)
             return None
-        if self._outage_since is not None:
-            log.warning("Redis is online, %.1f sec downtime", time.monotonic() - self._outage_since)
-            self._outage_since = None
+        if self._outage.succeeded():
             self._connected_since = time.monotonic()
         return wait
 

@@ -46,6 +46,7 @@ from forkq.config import Config
 from forkq.connection import EMBEDDED, connect
 from forkq.embedded import EmbeddedServer
 from forkq.errors import EXIT_CHILD_BOOT, EXIT_OK, ConfigError
+from forkq.outage import Outage
 from forkq.pool import Pool
 from forkq.processor import ServerChain
 from forkq.registry import Registry
@@ -109,7 +110,7 @@ class Supervisor:
         self._started_at = time.time()
         self._next_watch = 0.0
         self._next_beat = 0.0
-        self._outage_since: float | None = None
+        self._outage = Outage(log, "; not culling processors until it is back")
         self._ready_sent = False
         self._status = ""
         self._leader = False
@@ -332,14 +333,10 @@ class Supervisor:
         try:
             result = step()
         except redis.RedisError as exc:
-            if self._outage_since is None:
-                self._outage_since = time.monotonic()
-                log.error("Redis unavailable: %s; not culling processors until it is back", exc)
+            self._outage.failed(exc)
             return None
-        if self._outage_since is not None:
+        if self._outage.succeeded():
             now = time.monotonic()
-            log.warning("Redis is online, %.1f sec downtime", now - self._outage_since)
-            self._outage_since = None
             self.pool.trust_again(now)
             self.scheduler.trust_again(now)
         return result
@@ -393,7 +390,7 @@ class Supervisor:
         elif status != self._status:
             self._notify.status(status)
         self._status = status
-        outage = self._outage_since is not None  # heartbeats unreadable: not the children's fault
+        outage = self._outage.active  # heartbeats unreadable: not the children's fault
         if self.stop_deadline is None and (self.quiet or outage or self.pool.healthy(now)):
             self._notify.watchdog(now)
 

@@ -1,0 +1,41 @@
+"""A Redis outage as one process sees it: logged once when it starts, once when it ends.
+
+Sidekiq's words: ``Redis unavailable: <error>`` then ``Redis is online, N sec
+downtime``. The master, the processors and the scheduler each keep one
+:class:`Outage` and report every Redis call's success or failure to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+
+class Outage:
+    """Tracks whether this process's Redis calls are failing, and since when (monotonic)."""
+
+    def __init__(self, log: logging.Logger, consequence: str = "") -> None:
+        self._log = log
+        self._consequence = consequence
+        self.since: float | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the last Redis call failed."""
+        return self.since is not None
+
+    def failed(self, exc: Exception) -> float:
+        """A call failed: log it if it is the first; seconds the outage has lasted."""
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+            self._log.error("Redis unavailable: %s%s", exc, self._consequence)
+        return now - self.since
+
+    def succeeded(self) -> bool:
+        """A call succeeded: True (and the downtime logged) if that ends an outage."""
+        if self.since is None:
+            return False
+        self._log.warning("Redis is online, %.1f sec downtime", time.monotonic() - self.since)
+        self.since = None
+        return True
