@@ -2,8 +2,12 @@
 
 ``forkq [run] [flags]`` runs the daemon (plain ``forkq -C FILE`` too, as
 ``sidekiq -C``); ``forkq demo`` runs it on the example jobs; ``forkq bench``
-measures it; ``forkq version``. Configuration errors print one line and exit
-78 (EX_CONFIG).
+measures it; ``forkq version``. The operator's commands (``status``, ``quiet``,
+``stop``, ``queues``, ``retries``, ``dead``, ``scheduled``, ``enqueue``; see
+:mod:`forkq.ops`) find Redis as the daemon does (``-C``, ``--redis-url``,
+``FORKQ_REDIS_URL``, ``REDIS_URL``) and print tables, or JSON with ``--json``.
+Configuration errors print one line and exit 78 (EX_CONFIG); an unreachable Redis
+exits 69 (EX_UNAVAILABLE).
 """
 
 from __future__ import annotations
@@ -12,11 +16,32 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from forkq import __version__, config, logs
-from forkq.errors import EXIT_CONFIG, EXIT_FAILURE, ConfigError, ForkqError
+import redis
 
-COMMANDS = ("run", "demo", "bench", "version")
+from forkq import __version__, config, logs, ops
+from forkq.connection import connect
+from forkq.errors import (
+    EXIT_CONFIG,
+    EXIT_FAILURE,
+    EXIT_NOT_FOUND,
+    EXIT_UNAVAILABLE,
+    ConfigError,
+    ForkqError,
+    NotFoundError,
+)
+
+OPERATOR: dict[str, ops.Command] = {
+    "status": ops.status,
+    "quiet": ops.signal_processes("quiet"),
+    "stop": ops.signal_processes("stop"),
+    "queues": ops.queues,
+    "retries": ops.job_set("retries"),
+    "dead": ops.job_set("dead"),
+    "scheduled": ops.job_set("scheduled"),
+}
+COMMANDS = ("run", "demo", "bench", "version", "enqueue", *OPERATOR)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -30,6 +55,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"forkq: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except NotFoundError as exc:
+        print(f"forkq: {exc}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    except redis.ConnectionError as exc:
+        print(f"forkq: Redis did not answer: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     except ForkqError as exc:
         print(f"forkq: {exc}", file=sys.stderr)
         return EXIT_FAILURE
@@ -62,7 +93,85 @@ def _parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_bench)
     version = commands.add_parser("version", help="print the version")
     version.set_defaults(func=_version)
+    _operator_parsers(commands)
     return parser
+
+
+def _operator_parsers(commands: Any) -> None:
+    """The operator's commands (forkq.ops); each takes the connection flags and --json."""
+    common = argparse.ArgumentParser(add_help=False)
+    config.add_connection_flags(common)
+    common.add_argument("--json", action="store_true", help="print one JSON object")
+    status = commands.add_parser("status", parents=[common],
+                                 help="processes, queues and totals")
+    status.set_defaults(func=_operator)
+    for name, verb in (("quiet", "stop taking jobs"), ("stop", "finish or requeue, then exit")):
+        sub = commands.add_parser(name, parents=[common],
+                                  help=f"ask processes to {verb} (Sidekiq's remote signal)")
+        sub.add_argument("identities", nargs="*", metavar="IDENTITY",
+                         help="a process identity, or an unambiguous start of one (host:pid)")
+        sub.add_argument("--all", action="store_true", help="every live process")
+        sub.set_defaults(func=_operator)
+    queues = commands.add_parser("queues", parents=[common], help="list, show or clear queues")
+    queues.add_argument("action", nargs="?", default="list", choices=("list", "jobs", "clear"))
+    queues.add_argument("name", nargs="?", metavar="NAME", help="the queue (jobs, clear)")
+    queues.add_argument("--limit", type=int, default=50, help="jobs shown (jobs; default 50)")
+    queues.set_defaults(func=_operator)
+    for name, what in (("retries", "failed jobs awaiting a retry"),
+                       ("dead", "jobs out of retries"), ("scheduled", "jobs due later")):
+        sub = commands.add_parser(name, parents=[common], help=f"{what}: list, retry, delete, "
+                                  "kill, clear")
+        sub.add_argument("action", nargs="?", default="list",
+                         choices=("list", "retry", "delete", "kill", "clear"))
+        sub.add_argument("jids", nargs="*", metavar="JID")
+        sub.add_argument("--all", action="store_true", help="act on every job of the set")
+        sub.add_argument("--limit", type=int, default=None, help="jobs listed (default all)")
+        sub.set_defaults(func=_operator)
+    enqueue = commands.add_parser("enqueue", parents=[common], help="push one job by name")
+    enqueue.add_argument("name", metavar="NAME", help="the job's registered name (or a Ruby "
+                         "class run by Sidekiq)")
+    enqueue.add_argument("args", nargs="*", metavar="ARG",
+                         help="each is JSON when it parses as JSON (42, true, [1]), else a string")
+    enqueue.add_argument("-q", "--queue", dest="to_queue", default=None,
+                         help="queue (default: the job's own)")
+    enqueue.add_argument("--retry", type=ops.retry_option, default=None,
+                         help="true, false or a number of retries")
+    enqueue.add_argument("--in", dest="in_seconds", type=float, default=None, metavar="SECONDS",
+                         help="run it this many seconds from now")
+    enqueue.add_argument("--at", type=ops.when_option, default=None, metavar="WHEN",
+                         help="run it at this epoch or ISO 8601 time")
+    enqueue.set_defaults(func=_enqueue)
+
+
+def _client(args: argparse.Namespace) -> redis.Redis:
+    settings = config.load(args, os.environ)
+    client = connect(settings.redis_url, embedded_dir=settings.embedded_dir, socket_timeout=10)
+    client.ping()
+    return client
+
+
+def _operator(args: argparse.Namespace) -> int:
+    client = _client(args)
+    return ops.emit(OPERATOR[args.command](client, args), as_json=args.json)
+
+
+def _enqueue(args: argparse.Namespace) -> int:
+    from forkq.registry import REGISTRY
+
+    settings = config.load(args, os.environ)
+    client = _client(args)
+    defaults: dict[str, Any] = {}
+    if settings.require:
+        config.import_required(settings)
+        spec = REGISTRY.find(args.name)
+        if spec is None:
+            known = ", ".join(sorted(REGISTRY.names()))
+            print(f"forkq: note: {args.name!r} is not a job of this app ({known}); pushed for "
+                  "another worker (Sidekiq) to run", file=sys.stderr)
+        else:
+            defaults = {**spec.options.payload_options(), "queue": spec.options.queue,
+                        "retry": spec.options.retry}
+    return ops.emit(ops.enqueue(client, args, defaults), as_json=args.json)
 
 
 def _version(args: argparse.Namespace) -> int:

@@ -202,6 +202,19 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                                 help=f"{setting.doc}{env}")
 
 
+CONNECTION_SETTINGS = ("config_file", "environment", "redis_url")
+
+
+def add_connection_flags(parser: argparse.ArgumentParser) -> None:
+    """Only the flags that say where Redis is (``-C``, ``-e``, ``--redis-url``): the operator's
+    commands read the same file and variables as the daemon to find it."""
+    for setting in SETTINGS:
+        if setting.name in CONNECTION_SETTINGS:
+            env = f" (env {setting.env})" if setting.env else ""
+            parser.add_argument(*setting.flags, default=None, metavar=setting.metavar,
+                                help=f"{setting.doc}{env}")
+
+
 def load(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
     """Build a Config from flags, ``FORKQ_*`` variables, the YAML file and defaults (module doc)."""
     flags, env = _flag_layer(args), _env_layer(environ)

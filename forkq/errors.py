@@ -9,6 +9,10 @@ from __future__ import annotations
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
+EXIT_USAGE = 2  # argparse's usage error: unknown command or flag, missing argument
+EXIT_DATAERR = 65  # EX_DATAERR: an operator command got input it cannot use (bad JSON args)
+EXIT_NOT_FOUND = 66  # EX_NOINPUT: the named process, queue or job is not there
+EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: Redis did not answer
 EXIT_SOFTWARE = 70  # EX_SOFTWARE: a child's code raised past its process boundary
 EXIT_ORPHANED = 75  # EX_TEMPFAIL: a child outlived its master by the stop timeout
 EXIT_CONFIG = 78  # EX_CONFIG: bad configuration; do not restart
@@ -49,3 +53,9 @@ class JobKilledError(ForkqError):
 
 # Their ``error_class`` in retry and dead entries reads ``forkq.JobTimeoutError``.
 JobTimeoutError.__module__ = JobKilledError.__module__ = "forkq"
+
+
+class NotFoundError(ForkqError):
+    """An operator named a process, queue or job that is not there.
+
+    The CLI prints the message and exits with :data:`EXIT_NOT_FOUND`."""

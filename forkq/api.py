@@ -1,0 +1,42 @@
+"""The operator's Python API, after Sidekiq's ``sidekiq/api``: read and act on queues, the
+scheduled / retry / dead sets, processes and totals of the server behind a client.
+
+    from forkq import api
+    r = api.connect("redis://127.0.0.1:6379/0")
+    api.Queue(r, "default").size()
+    entry = api.RetrySet(r).find_job(jid)
+    if entry:
+        api.RetrySet(r).retry(entry)
+    for process in api.ProcessSet(r).live():
+        print(process.identity, process.busy, process.concurrency)
+    api.Stats.read(r).processed
+
+Everything here works on forkq's data and Sidekiq's (6.4 to 8.x) alike; see each
+module for its contract: :mod:`forkq.queues`, :mod:`forkq.jobsets`,
+:mod:`forkq.processes`, :mod:`forkq.stats`, :mod:`forkq.jobrecord`.
+"""
+
+from __future__ import annotations
+
+from forkq.connection import connect
+from forkq.jobrecord import JobRecord, SortedEntry
+from forkq.jobsets import DeadSet, JobSet, RetrySet, ScheduledSet
+from forkq.processes import Process, ProcessSet, Work
+from forkq.queues import Queue
+from forkq.stats import Stats, history
+
+__all__ = [
+    "DeadSet",
+    "JobRecord",
+    "JobSet",
+    "Process",
+    "ProcessSet",
+    "Queue",
+    "RetrySet",
+    "ScheduledSet",
+    "SortedEntry",
+    "Stats",
+    "Work",
+    "connect",
+    "history",
+]

@@ -1,0 +1,53 @@
+"""Plain-text tables and figures for the operator's CLI. Pure functions, no I/O."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Left-aligned columns two spaces apart, headers first; "(none)" under them when empty."""
+    cells = [[str(h) for h in headers], *[["" if c is None else str(c) for c in r] for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+             for row in cells]
+    if not rows:
+        lines.append("(none)")
+    return "\n".join(lines)
+
+
+def seconds(value: float) -> str:
+    """A duration: ``0.25s``, ``42s``, ``5m03s``, ``2h05m``, ``3d04h``."""
+    value = max(0.0, value)
+    if value < 10:
+        return f"{value:.2f}s"
+    whole = int(value)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def moment(epoch: float | None, now: float) -> str:
+    """An epoch as local time with how far from ``now``: ``2026-11-21 10:04:05 (in 5m00s)``."""
+    if epoch is None:
+        return "-"
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+    delta = epoch - now
+    relative = f"in {seconds(delta)}" if delta > 0 else f"{seconds(-delta)} ago"
+    return f"{stamp} ({relative})"
+
+
+def short(value: Any, limit: int = 60) -> str:
+    """A value on one line, cut to ``limit`` characters."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def yes(flag: bool) -> str:
+    return "yes" if flag else "no"
