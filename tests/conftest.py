@@ -182,3 +182,14 @@ def until(condition: Callable[[], Any], timeout: float = 15, message: str = "") 
 def elapsed_since(start: float) -> float:
     """Seconds since a ``time.monotonic()`` reading."""
     return time.monotonic() - start
+
+
+def identity_of(r: redis.Redis, d: Daemon) -> str:
+    """A daemon's process identity, from ``processes`` (waits for its first beat)."""
+
+    def mine() -> list[str]:
+        members = [m.decode() for m in r.smembers("processes")]
+        return [m for m in members if m.split(":")[1] == str(d.pid)]
+
+    until(mine, 10, f"daemon {d.pid} never registered; log:\n{d.log()}")
+    return mine()[0]

@@ -25,7 +25,7 @@ import forkq
 from forkq import keys
 from forkq.daemon import wait_for
 
-from .conftest import Daemon, _cmdline, elapsed_since, records, run_forkq, until
+from .conftest import Daemon, _cmdline, elapsed_since, identity_of, records, run_forkq, until
 
 Start = Callable[..., Daemon]
 
@@ -63,14 +63,6 @@ def wait_leader(r: redis.Redis, daemons: list[Daemon], timeout: float = 20) -> D
     found = leader_of(r, daemons)
     assert found is not None
     return found
-
-
-def identity_of(r: redis.Redis, d: Daemon) -> str:
-    """A daemon's process identity, from ``processes``."""
-    until(lambda: any(m.decode().split(":")[1] == str(d.pid) for m in r.smembers(keys.PROCESSES)),
-          10)
-    return next(m.decode() for m in r.smembers(keys.PROCESSES)
-                if m.decode().split(":")[1] == str(d.pid))
 
 
 def believers(schedulers: list[psutil.Process]) -> int:

@@ -1,0 +1,273 @@
+"""The operator's CLI against live daemons, every command in both output modes.
+
+Each scenario runs twice: with human tables (the text is checked for the figures) and
+with ``--json`` (the object is checked). Exit codes: 0 done, 2 usage, 66 an unknown
+identity / queue / jid, 69 no Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import pytest
+import redis
+
+from forkq.embedded import EmbeddedServer
+
+from .conftest import Daemon, identity_of, records, run_forkq, until
+
+MODES = ["text", "json"]
+DAEMON = """
+concurrency: 2
+tag: ops
+queues: [default, critical]
+require: jobs
+timeout: 5
+"""
+
+
+class Ops:
+    """Runs ``forkq <command>`` against the session server in one output mode."""
+
+    def __init__(self, server: EmbeddedServer, mode: str) -> None:
+        self.url = server.url
+        self.mode = mode
+
+    def __call__(self, *args: str, code: int = 0) -> Any:
+        """Run it; assert the exit status; the parsed JSON (json mode) or the text."""
+        extra = ["--json"] if self.mode == "json" else []
+        done = run_forkq(*args, "--redis-url", self.url, *extra, timeout=30)
+        assert done.returncode == code, (
+            f"forkq {' '.join(args)}: exit {done.returncode}, wanted {code}\n"
+            f"stdout: {done.stdout}\nstderr: {done.stderr}")
+        if code not in (0, 66):
+            return done.stderr
+        if self.mode == "json":
+            data = json.loads(done.stdout)
+            if done.stderr:
+                data["stderr"] = done.stderr
+            return data
+        return done.stdout + done.stderr
+
+    @property
+    def json(self) -> bool:
+        return self.mode == "json"
+
+
+@pytest.fixture(params=MODES)
+def ops(request: pytest.FixtureRequest, server: EmbeddedServer) -> Ops:
+    return Ops(server, request.param)
+
+
+def _row(text: str, first: str) -> list[str]:
+    """The cells of the table row starting with ``first`` (split on 2+ spaces)."""
+    for line in text.splitlines():
+        if line.startswith(first + " ") or line == first:
+            return re.split(r"\s{2,}", line.strip())
+    raise AssertionError(f"no row {first!r} in:\n{text}")
+
+
+def _jid(ops: Ops, result: Any) -> str:
+    if ops.json:
+        return str(result["jid"])
+    found = re.search(r"\b([0-9a-f]{24})\b", result)
+    assert found, result
+    return found.group(1)
+
+
+# --- enqueue, status, queues ------------------------------------------------------------------
+
+
+def test_enqueue_status_and_queues(ops: Ops, r: redis.Redis,
+                                   daemon: Callable[..., Daemon]) -> None:
+    d = daemon(DAEMON)
+    identity = identity_of(r, d)
+
+    sleeper = _jid(ops, ops("enqueue", "Sleep", "30", "cli", "-q", "critical"))
+    parked = [_jid(ops, ops("enqueue", "Record", str(n), "two", '{"a": [1]}', "-q", "parked",
+                            "--retry", "0")) for n in range(3)]
+    later = _jid(ops, ops("enqueue", "Record", "9", "--in", "300"))
+    at = time.time() + 600
+    iso = datetime.fromtimestamp(at).isoformat()
+    fixed = ops("enqueue", "Record", "10", "--at", iso)
+    if ops.json:
+        assert fixed["at"] == pytest.approx(at, abs=1) and fixed["queue"] == "default"
+    else:
+        assert "to schedule (due" in fixed
+    assert "invalid" in ops("enqueue", "Record", "--in", "soon", code=2)
+    assert "invalid" in ops("enqueue", "Record", "--retry", "-1", code=2)
+
+    pushed = [json.loads(m) for m in r.lrange("queue:parked", 0, -1)]
+    assert [p["args"] for p in reversed(pushed)] == [[n, "two", {"a": [1]}] for n in range(3)]
+    assert [p["jid"] for p in reversed(pushed)] == parked and {p["retry"] for p in pushed} == {0}
+    assert {json.loads(m)["jid"] for m in r.zrange("schedule", 0, -1)} >= {later}
+    until(lambda: len(records(r, "test:started")) == 1, 15, d.log())
+    assert records(r, "test:started")[0]["jid"] == sleeper
+
+    def status() -> Any:
+        return ops("status")
+
+    def settled() -> bool:  # the leader badge and the busy count follow the next heartbeat
+        seen = status()
+        if ops.json:
+            (process,) = seen["processes"]
+            return process["busy"] == 1 and process["leader"] is True
+        return _row(seen, identity)[3:6] == ["1/2", "no", "yes"]
+
+    until(settled, 15, f"status never showed the busy leader:\n{status()}\n{d.log()}")
+    seen = status()
+    if ops.json:
+        (process,) = seen["processes"]
+        assert (process["identity"], process["tag"], process["pid"], process["concurrency"],
+                process["quiet"], process["queues"]) == (
+            identity, "ops", d.pid, 2, False, ["default", "critical"])
+        queues = {q["name"]: q for q in seen["queues"]}
+        assert queues["parked"]["size"] == 3 and queues["parked"]["latency"] > 0
+        assert seen["stats"]["enqueued"] == 3 and seen["stats"]["scheduled_size"] == 2
+        assert seen["stats"]["workers_size"] == 1
+    else:
+        assert _row(seen, identity)[:3] == [identity, "ops", str(d.pid)]
+        assert _row(seen, "parked")[1] == "3"
+        assert _row(seen, "PROCESSED")[2:5] == ["ENQUEUED", "SCHEDULED", "RETRIES"]
+        totals = seen.split("Totals\n", 1)[1].splitlines()[1].split()
+        assert totals[2:4] == ["3", "2"] and totals[6] == "1/2"
+
+    listed = ops("queues")
+    if ops.json:
+        assert {q["name"]: q["size"] for q in listed["queues"]} == {"critical": 0, "parked": 3}
+    else:
+        assert _row(listed, "parked")[1] == "3" and _row(listed, "critical")[1] == "0"
+
+    jobs = ops("queues", "jobs", "parked", "--limit", "2")
+    if ops.json:
+        assert jobs["size"] == 3 and [j["jid"] for j in jobs["jobs"]] == parked[:2]
+        assert jobs["jobs"][0]["args"] == [0, "two", {"a": [1]}]
+    else:
+        assert _row(jobs, parked[0])[1] == "Record" and parked[2] not in jobs
+
+    assert "no queue 'nope'" in str(ops("queues", "clear", "nope", code=66))
+    assert "needs a queue NAME" in ops("queues", "clear", code=2)
+    cleared = ops("queues", "clear", "parked")
+    assert (cleared["cleared"] == 3) if ops.json else ("3 jobs dropped" in cleared)
+    assert r.llen("queue:parked") == 0 and not r.sismember("queues", "parked")
+
+
+# --- retries, dead, scheduled -------------------------------------------------------------------
+
+
+def _jids_in(ops: Ops, listing: Any) -> list[str]:
+    if ops.json:
+        return [job["jid"] for job in listing["jobs"]]
+    return re.findall(r"^([0-9a-f]{24})\s", listing, re.MULTILINE)
+
+
+def _attempts(r: redis.Redis, jid: str) -> int:
+    return sum(1 for row in records(r, "test:slowretry") if row["jid"] == jid)
+
+
+def test_retries_dead_and_scheduled(ops: Ops, r: redis.Redis,
+                                    daemon: Callable[..., Daemon]) -> None:
+    d = daemon(DAEMON)
+    failing = [_jid(ops, ops("enqueue", "SlowRetry", f"r{n}")) for n in range(4)]
+    dying = [_jid(ops, ops("enqueue", "SlowRetry", f"d{n}", "--retry", "0")) for n in range(3)]
+    later = [_jid(ops, ops("enqueue", "Record", str(n), "--in", "600")) for n in range(4)]
+    until(lambda: r.zcard("retry") == 4 and r.zcard("dead") == 3, 20, d.log())
+
+    # retries: list, retry (runs again, back in retry with the same count), kill, delete, clear
+    listing = ops("retries")
+    assert sorted(_jids_in(ops, listing)) == sorted(failing)
+    if not ops.json:
+        assert "RuntimeError: slow r0" in listing and "retries: 4 jobs" in listing
+    assert ops("retries", "retry", failing[0])
+    until(lambda: _attempts(r, failing[0]) == 2, 15, d.log())
+    rerun = [row for row in records(r, "test:slowretry") if row["jid"] == failing[0]][-1]
+    assert rerun["retry_count"] == -1, "Sidekiq's retry lowers the count before the push"
+    until(lambda: r.zcard("retry") == 4, 15, "the retried job did not fail back into retry")
+    again = ops("retries", "retry", failing[0], "0" * 24, code=66)
+    if ops.json:
+        assert again["enqueued"] == [failing[0]] and again["missing"] == ["0" * 24]
+    else:
+        assert f"no job '{'0' * 24}' in retries" in again
+    until(lambda: _attempts(r, failing[0]) == 3 and r.zcard("retry") == 4, 15, d.log())
+
+    killed = ops("retries", "kill", failing[1])
+    assert (killed["killed"] == [failing[1]]) if ops.json else f"killed {failing[1]}" in killed
+    deleted = ops("retries", "delete", failing[2])
+    assert (deleted["deleted"] == [failing[2]]) if ops.json else f"deleted {failing[2]}" in deleted
+    assert sorted(_jids_in(ops, ops("retries"))) == sorted([failing[0], failing[3]])
+    assert "name one or more JID, or --all" in ops("retries", "retry", code=2)
+    cleared = ops("retries", "clear")
+    assert (cleared["cleared"] == 2) if ops.json else "2 jobs dropped" in cleared
+    assert r.zcard("retry") == 0
+
+    # dead: list (newest first), retry (it dies again: retry 0), delete, kill refused, clear
+    assert sorted(_jids_in(ops, ops("dead"))) == sorted([*dying, failing[1]])
+    assert _jids_in(ops, ops("dead", "--limit", "1")) == [failing[1]], "newest death first"
+    ops("dead", "retry", dying[0])
+    until(lambda: _attempts(r, dying[0]) == 2 and r.zcard("dead") == 4, 15, d.log())
+    ops("dead", "delete", dying[1], dying[2])
+    assert "cannot be killed again" in ops("dead", "kill", dying[0], code=2)
+    assert sorted(_jids_in(ops, ops("dead"))) == sorted([dying[0], failing[1]])
+    cleared = ops("dead", "clear")
+    assert (cleared["cleared"] == 2) if ops.json else "cleared dead: 2 jobs dropped" in cleared
+    assert r.zcard("dead") == 0
+
+    # scheduled: retry = run now (unchanged), kill, delete --all
+    assert sorted(_jids_in(ops, ops("scheduled"))) == sorted(later)
+    ops("scheduled", "retry", later[0])
+    until(lambda: [row["jid"] for row in records(r)] == [later[0]], 15, d.log())
+    ops("scheduled", "kill", later[1])
+    assert [json.loads(m)["jid"] for m in r.zrange("dead", 0, -1)] == [later[1]]
+    gone = ops("scheduled", "delete", "--all")
+    assert (sorted(gone["deleted"]) == sorted(later[2:])) if ops.json else all(
+        f"deleted {jid}" in gone for jid in later[2:])
+    assert r.zcard("schedule") == 0
+    empty = ops("scheduled", "clear")
+    assert (empty["cleared"] == 0) if ops.json else "0 jobs dropped" in empty
+    assert [row["jid"] for row in records(r)] == [later[0]], "nothing ran twice"
+
+
+# --- quiet, stop --------------------------------------------------------------------------------
+
+
+def test_quiet_and_stop(ops: Ops, r: redis.Redis, daemon: Callable[..., Daemon]) -> None:
+    a, b = daemon(DAEMON), daemon(DAEMON.replace("tag: ops", "tag: other"))
+    ident_a, ident_b = identity_of(r, a), identity_of(r, b)
+
+    def quiet(identity: str) -> bool:
+        return r.hget(identity, "quiet") == b"true"
+
+    short = ":".join(ident_a.split(":")[:2])  # host:pid, as a person would type it
+    said = ops("quiet", short)
+    assert (said["signalled"] == [ident_a]) if ops.json else f"asked {ident_a} to quiet" in said
+    until(lambda: quiet(ident_a), 12, f"a never went quiet:\n{a.log()}")
+    assert not quiet(ident_b) and "Received remote TSTP" in a.log()
+
+    missing = ops("quiet", "nobody:1", code=66)
+    assert "no live process 'nobody:1'" in str(missing)
+    assert "name one or more IDENTITY, or --all" in ops("stop", code=2)
+
+    ops("stop", ident_a)
+    assert a.wait(20) == 0, a.log()
+    until(lambda: not r.sismember("processes", ident_a), 5)
+
+    ops("quiet", "--all")
+    until(lambda: quiet(ident_b), 12, b.log())
+    stopped = ops("stop", "--all")
+    assert (stopped["signalled"] == [ident_b]) if ops.json else (
+        f"asked {ident_b} to stop" in stopped)
+    assert b.wait(20) == 0, b.log()
+    nobody = ops("stop", "--all")
+    assert (nobody["signalled"] == []) if ops.json else "no live processes" in nobody
+
+
+def test_no_redis_exits_69(tmp_path: Any) -> None:
+    for mode in MODES:
+        extra = ["--json"] if mode == "json" else []
+        done = run_forkq("status", "--redis-url", f"unix://{tmp_path}/none.sock", *extra)
+        assert done.returncode == 69 and "Redis did not answer" in done.stderr, done
