@@ -4,9 +4,11 @@ Policy (job_retry.rb): the first failure sets ``failed_at`` and ``retry_count: 0
 later ones set ``retried_at`` and add one to ``retry_count``. ``retry: true``
 allows ``max_retries`` (25) retries, an int N allows N, ``0`` sends the job to
 the dead set at once, ``false`` drops it (counted as failed, kept nowhere).
-``dead: false`` never buries. The delay is ``count**4 + 15 + rand(10)*(count+1)``
-seconds, where a job's ``retry_in(count, exc)`` may replace ``count**4`` (if it
-raises or returns something other than a number, ``count**4`` stays). The
+``dead: false`` never buries. A payload with ``retry_for`` (seconds; Sidekiq 7.1.3+)
+also goes to the dead set once ``failed_at + retry_for`` has passed. The delay is
+``count**4 + 15 + rand(10)*(count+1)`` seconds, where a job's ``retry_in(count, exc)``
+may replace ``count**4`` (if it raises or returns something other than a number,
+``count**4`` stays). The
 queue becomes ``retry_queue`` when the payload has one. ``error_backtrace`` is
 ``base64(zlib(JSON(lines)))`` with Ruby's 60-column MIME lines.
 
@@ -112,10 +114,20 @@ def plan(
         payload["error_backtrace"] = compress_backtrace(lines if limit is True else lines[:limit])
     if allowed is None:
         return Failure("drop", payloads.encode(payload), now)
-    if count < allowed:
+    if count < allowed and not _window_closed(payload, now):
         base = _base_delay(retry_in, count, exc)
         return Failure("retry", payloads.encode(payload), now + backoff(count, rng, base))
     return bury(payload, now)
+
+
+def _window_closed(payload: payloads.Payload, now: float) -> bool:
+    """Sidekiq 7.1.3+'s ``retry_for`` (seconds): no retry once ``failed_at + retry_for`` has
+    passed, whatever the count allows. ``failed_at`` may be float seconds or 8.x milliseconds."""
+    window = payload.get("retry_for")
+    failed_at = payloads.epoch_seconds(payload.get("failed_at"))
+    if isinstance(window, bool) or not isinstance(window, int | float) or failed_at is None:
+        return False
+    return failed_at + window < now
 
 
 def _base_delay(retry_in: Any, count: int, exc: BaseException) -> float | None:

@@ -137,6 +137,16 @@ def test_retry_false_drops_and_dead_false_never_buries() -> None:
     assert retry.plan(kept, exc, max_retries=25, rng=random.Random(), now=2.0).mode == "drop"
 
 
+def test_retry_for_closes_the_retry_window_in_seconds_or_sidekiq_8_milliseconds() -> None:
+    exc = RuntimeError("x")
+    for failed_at in (1000.0, 1_000_000):  # float seconds; integer milliseconds (8.x)
+        payload = job.build("X", [], queue="q", options={"retry_for": 60}, now=1.0)
+        payload["failed_at"], payload["retry_count"] = failed_at, 0
+        inside = retry.plan(dict(payload), exc, max_retries=25, rng=random.Random(), now=1059.0)
+        after = retry.plan(dict(payload), exc, max_retries=25, rng=random.Random(), now=1061.0)
+        assert (inside.mode, after.mode) == ("retry", "dead"), failed_at
+
+
 def test_retry_in_sets_the_base_delay_and_a_faulty_one_falls_back_to_the_default() -> None:
     def boom(count: int, exc: BaseException) -> float:
         raise KeyError("app bug")
