@@ -69,6 +69,21 @@ def error_class_name(exc: BaseException) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def error_message(exc: BaseException) -> str:
+    """``str(exc)`` as valid UTF-8 (lone surrogates, as ``os.fsdecode`` makes of a non-UTF-8
+    file name, become U+FFFD, as Ruby's ``scrub``); a ``__str__`` that raises gives a stand-in,
+    so a failure is always filed."""
+    try:
+        message = str(exc)
+    except Exception as inner:  # noqa: BLE001 - application code: any error is possible
+        return f"(the message could not be read: {type(inner).__name__})"
+    try:
+        message.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in message)
+    return message
+
+
 def backtrace_lines(exc: BaseException) -> list[str]:
     """Ruby-style lines (``file:line:in `func'``), innermost first."""
     frames = traceback.extract_tb(exc.__traceback__)
@@ -85,7 +100,7 @@ def compress_backtrace(lines: list[str]) -> str:
 def record_error(payload: payloads.Payload, error_class: str, message: str, now: float) -> int:
     """Add Sidekiq's error fields to ``payload``; returns the new ``retry_count``."""
     payload["queue"] = payload.get("retry_queue") or payload.get("queue") or "default"
-    payload["error_message"] = message[:MESSAGE_LIMIT]
+    payload["error_message"] = message[:MESSAGE_LIMIT]  # as error_message() made it
     payload["error_class"] = error_class
     if isinstance(payload.get("retry_count"), int):
         payload["retried_at"] = now
@@ -107,7 +122,7 @@ def plan(
 ) -> Failure:
     """Decide where a job that raised ``exc`` goes and rewrite its payload accordingly."""
     allowed = allowed_retries(payload.get("retry", True), max_retries)
-    count = record_error(payload, error_class_name(exc), str(exc), now)
+    count = record_error(payload, error_class_name(exc), error_message(exc), now)
     limit = payload.get("backtrace")
     if limit:
         lines = backtrace_lines(exc)

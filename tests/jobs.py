@@ -117,3 +117,23 @@ class Flaky(Job, name="Flaky", retry=2, retry_in=lambda count, exc: 1):
         _note("test:attempts", jid=self.jid, at=time.time(),
               retry_count=self.payload.get("retry_count"))
         raise RuntimeError(f"flaky {marker}")
+
+
+class SlowRetry(Job, name="SlowRetry", retry=3, backtrace=5, retry_in=lambda count, exc: 3600):
+    """Records each attempt (with the payload's retry_count), then fails; its retries wait an
+    hour, so forkq's retry entries stay put for Sidekiq's API and Web UI to act on."""
+
+    def perform(self, marker: str, *extra: Any) -> None:
+        _note("test:slowretry", jid=self.jid, marker=marker, queue=self.payload["queue"],
+              retry_count=self.payload.get("retry_count"))
+        raise RuntimeError(f"slow {marker}")
+
+
+class BadMessage(Job, name="BadMessage"):
+    """Records its attempt, then fails with a message that is not valid UTF-8: a lone
+    surrogate, as ``os.fsdecode`` makes of a file name that is not UTF-8."""
+
+    def perform(self, marker: str) -> None:
+        _note("test:slowretry", jid=self.jid, marker=marker, queue=self.payload["queue"],
+              retry_count=self.payload.get("retry_count"))
+        raise RuntimeError(f"bad {marker} " + b"\xff".decode("utf-8", "surrogateescape"))

@@ -268,5 +268,5 @@ def test_stats_and_history(r: redis.Redis) -> None:
             stats.retry_size, stats.dead_size) == (12, 3, 2, 1, 1, 2)
     assert stats.queues == {"default": 1, "other": 1} and stats.default_queue_latency < 60
     days = api.history(r, 3)
-    assert [d["date"] for d in days][0] == today and days[0]["processed"] == 5
+    assert days[0]["date"] == today and days[0]["processed"] == 5
     assert len(days) == 3 and days[1]["processed"] == 0

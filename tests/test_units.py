@@ -147,6 +147,19 @@ def test_retry_for_closes_the_retry_window_in_seconds_or_sidekiq_8_milliseconds(
         assert (inside.mode, after.mode) == ("retry", "dead"), failed_at
 
 
+def test_a_message_that_is_not_utf8_or_cannot_be_read_is_still_filed() -> None:
+    class UnprintableError(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    name = b"report-\xff.csv".decode("utf-8", "surrogateescape")  # os.fsdecode of a bad name
+    for exc, message in [(RuntimeError(f"cannot open {name}"), "cannot open report-\ufffd.csv"),
+                         (UnprintableError(), "(the message could not be read: RuntimeError)")]:
+        payload = job.build("X", [], queue="q", now=1.0)
+        planned = retry.plan(payload, exc, max_retries=25, rng=random.Random(), now=2.0)
+        assert planned.mode == "retry" and json.loads(planned.payload)["error_message"] == message
+
+
 def test_retry_in_sets_the_base_delay_and_a_faulty_one_falls_back_to_the_default() -> None:
     def boom(count: int, exc: BaseException) -> float:
         raise KeyError("app bug")
