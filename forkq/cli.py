@@ -3,16 +3,18 @@
 ``forkq [run] [flags]`` runs the daemon (plain ``forkq -C FILE`` too, as
 ``sidekiq -C``); ``forkq demo`` runs it on the example jobs; ``forkq bench``
 measures it; ``forkq version``. The operator's commands (``status``, ``quiet``,
-``stop``, ``queues``, ``retries``, ``dead``, ``scheduled``, ``enqueue``; see
+``stop``, ``dump``, ``reload``, ``queues``, ``retries``, ``dead``, ``scheduled``, ``enqueue``; see
 :mod:`forkq.ops`) find Redis as the daemon does (``-C``, ``--redis-url``,
 ``FORKQ_REDIS_URL``, ``REDIS_URL``) and print tables, or JSON with ``--json``.
-Configuration errors print one line and exit 78 (EX_CONFIG); an unreachable Redis
-exits 69 (EX_UNAVAILABLE).
+Errors print one line on stderr (and ``{"error": …}`` on stdout with ``--json``):
+a configuration error exits 78 (EX_CONFIG), a Redis that does not answer 69
+(EX_UNAVAILABLE), anything named but absent 66, other refusals 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -36,6 +38,8 @@ OPERATOR: dict[str, ops.Command] = {
     "status": ops.status,
     "quiet": ops.signal_processes("quiet"),
     "stop": ops.signal_processes("stop"),
+    "dump": ops.signal_processes("dump"),
+    "reload": ops.signal_processes("reload"),
     "queues": ops.queues,
     "retries": ops.job_set("retries"),
     "dead": ops.job_set("dead"),
@@ -52,18 +56,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parsed = _parser().parse_args(args)
     try:
         return int(parsed.func(parsed))
-    except ConfigError as exc:
-        print(f"forkq: config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except NotFoundError as exc:
-        print(f"forkq: {exc}", file=sys.stderr)
-        return EXIT_NOT_FOUND
-    except redis.ConnectionError as exc:
-        print(f"forkq: Redis did not answer: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    except ForkqError as exc:
-        print(f"forkq: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+    except (ForkqError, redis.RedisError) as exc:
+        code, message = _failure(exc)
+    if getattr(parsed, "json", False):
+        print(json.dumps({"error": message}, ensure_ascii=False))
+    print(f"forkq: {message}", file=sys.stderr)
+    return code
+
+
+def _failure(exc: ForkqError | redis.RedisError) -> tuple[int, str]:
+    """The exit status and the one-line message for an error that ends a command."""
+    if isinstance(exc, ConfigError):
+        return EXIT_CONFIG, f"config error: {exc}"
+    if isinstance(exc, NotFoundError):
+        return EXIT_NOT_FOUND, str(exc)
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        return EXIT_UNAVAILABLE, f"Redis did not answer: {exc}"
+    if isinstance(exc, redis.RedisError):
+        return EXIT_FAILURE, f"Redis refused: {exc}"
+    return EXIT_FAILURE, str(exc)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -102,45 +113,65 @@ def _operator_parsers(commands: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
     config.add_connection_flags(common)
     common.add_argument("--json", action="store_true", help="print one JSON object")
-    status = commands.add_parser("status", parents=[common],
-                                 help="processes, queues and totals")
-    status.set_defaults(func=_operator)
-    for name, verb in (("quiet", "stop taking jobs"), ("stop", "finish or requeue, then exit")):
-        sub = commands.add_parser(name, parents=[common],
-                                  help=f"ask processes to {verb} (Sidekiq's remote signal)")
-        sub.add_argument("identities", nargs="*", metavar="IDENTITY",
-                         help="a process identity, or an unambiguous start of one (host:pid)")
-        sub.add_argument("--all", action="store_true", help="every live process")
-        sub.set_defaults(func=_operator)
+    commands.add_parser("status", parents=[common], help="processes, busy processors, queues "
+                        "and totals").set_defaults(func=_operator)
+    for name, verb in SIGNAL_COMMANDS.items():
+        _signal_parser(commands.add_parser(name, parents=[common], help=f"ask processes to "
+                                           f"{verb} (Sidekiq's remote signal)"))
     queues = commands.add_parser("queues", parents=[common], help="list, show or clear queues")
     queues.add_argument("action", nargs="?", default="list", choices=("list", "jobs", "clear"))
     queues.add_argument("name", nargs="?", metavar="NAME", help="the queue (jobs, clear)")
-    queues.add_argument("--limit", type=int, default=50, help="jobs shown (jobs; default 50)")
+    _limit_flag(queues)
     queues.set_defaults(func=_operator)
     for name, what in (("retries", "failed jobs awaiting a retry"),
                        ("dead", "jobs out of retries"), ("scheduled", "jobs due later")):
-        sub = commands.add_parser(name, parents=[common], help=f"{what}: list, retry, delete, "
-                                  "kill, clear")
-        sub.add_argument("action", nargs="?", default="list",
-                         choices=("list", "retry", "delete", "kill", "clear"))
-        sub.add_argument("jids", nargs="*", metavar="JID")
-        sub.add_argument("--all", action="store_true", help="act on every job of the set")
-        sub.add_argument("--limit", type=int, default=None, help="jobs listed (default all)")
-        sub.set_defaults(func=_operator)
-    enqueue = commands.add_parser("enqueue", parents=[common], help="push one job by name")
-    enqueue.add_argument("name", metavar="NAME", help="the job's registered name (or a Ruby "
-                         "class run by Sidekiq)")
-    enqueue.add_argument("args", nargs="*", metavar="ARG",
-                         help="each is JSON when it parses as JSON (42, true, [1]), else a string")
-    enqueue.add_argument("-q", "--queue", dest="to_queue", default=None,
-                         help="queue (default: the job's own)")
-    enqueue.add_argument("--retry", type=ops.retry_option, default=None,
-                         help="true, false or a number of retries")
-    enqueue.add_argument("--in", dest="in_seconds", type=float, default=None, metavar="SECONDS",
-                         help="run it this many seconds from now")
-    enqueue.add_argument("--at", type=ops.when_option, default=None, metavar="WHEN",
-                         help="run it at this epoch or ISO 8601 time")
-    enqueue.set_defaults(func=_enqueue)
+        _set_parser(commands.add_parser(name, parents=[common], help=f"{what}: list, retry, "
+                                        "delete, kill, clear"))
+    _enqueue_parser(commands.add_parser("enqueue", parents=[common],
+                                        help="push one job by name"))
+
+
+SIGNAL_COMMANDS = {"quiet": "stop taking jobs", "stop": "finish or requeue their jobs, then exit",
+                   "dump": "log their stacks (TTIN)",
+                   "reload": "re-read their configuration (HUP; forkq processes only)"}
+
+
+def _signal_parser(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("identities", nargs="*", metavar="IDENTITY",
+                     help="a process identity, or its first parts when they name one (host:pid)")
+    sub.add_argument("--all", action="store_true", help="every live process")
+    sub.set_defaults(func=_operator)
+
+
+def _limit_flag(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--limit", type=ops.limit_option, default=ops.DEFAULT_LIMIT, metavar="N",
+                     help=f"list at most N jobs (default {ops.DEFAULT_LIMIT}; 0 = all)")
+
+
+def _set_parser(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("action", nargs="?", default="list",
+                     choices=("list", "retry", "delete", "kill", "clear"))
+    sub.add_argument("jids", nargs="*", metavar="JID")
+    sub.add_argument("--all", action="store_true", help="act on every job of the set")
+    _limit_flag(sub)
+    sub.set_defaults(func=_operator)
+
+
+def _enqueue_parser(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("name", metavar="NAME",
+                     help="the job's registered name (or a Ruby class run by Sidekiq)")
+    sub.add_argument("args", nargs="*", metavar="ARG",
+                     help="each is JSON when it parses as JSON (42, true, [1]), else a string; "
+                     "put -- before a negative number")
+    sub.add_argument("-q", "--queue", dest="to_queue", default=None,
+                     help="queue (default: the job's own)")
+    sub.add_argument("--retry", type=ops.retry_option, default=None,
+                     help="true, false or a number of retries")
+    sub.add_argument("--in", dest="in_seconds", type=ops.seconds_option, default=None,
+                     metavar="SECONDS", help="run it this many seconds from now")
+    sub.add_argument("--at", type=ops.when_option, default=None, metavar="WHEN",
+                     help="run it at this epoch, or ISO 8601 time (local unless it has an offset)")
+    sub.set_defaults(func=_enqueue)
 
 
 def _client(args: argparse.Namespace) -> redis.Redis:

@@ -44,8 +44,9 @@ class ChildBeat:
 
 def process_info(config: Config, identity: str, pid: int, started_at: float, *,
                  leader: bool = False) -> str:
-    """The ``info`` JSON: Sidekiq's fields (identity = the hash key) plus version, weights and
-    whether this daemon's scheduler leads the cluster."""
+    """The ``info`` JSON: Sidekiq's fields (identity = the hash key) plus version, weights,
+    whether this daemon's scheduler leads the cluster, and ``forkq`` (its version: what tells
+    the operator's tools a forkq daemon from a Sidekiq process)."""
     return wirejson.dumps({
         "hostname": hostname(),
         "started_at": started_at,
@@ -59,6 +60,7 @@ def process_info(config: Config, identity: str, pid: int, started_at: float, *,
         "version": __version__,
         "embedded": False,
         "leader": leader,
+        "forkq": __version__,
     })
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,11 @@ def _parse(raw: bytes) -> dict[str, Any]:
     except (ValueError, UnicodeDecodeError):
         return {}
     return item if isinstance(item, dict) else {}
+
+
+def finite(value: float | None) -> float | None:
+    """``value``, or None for infinity and NaN (which JSON cannot carry)."""
+    return value if value is None or math.isfinite(value) else None
 
 
 def decode_backtrace(value: Any) -> list[str]:
@@ -116,7 +122,7 @@ class JobRecord:
         """The JSON-ready view the CLI prints (``--json``)."""
         return {
             "jid": self.jid, "class": self.klass, "args": self.args, "queue": self.queue,
-            "created_at": self.created_at, "enqueued_at": self.enqueued_at,
+            "created_at": finite(self.created_at), "enqueued_at": finite(self.enqueued_at),
             "retry_count": self.retry_count, "error_class": self.error_class,
             "error_message": self.error_message,
         }
@@ -135,4 +141,4 @@ class SortedEntry(JobRecord):
         return self.score
 
     def summary(self) -> dict[str, Any]:
-        return {**super().summary(), "at": self.score, "set": self.set_name}
+        return {**super().summary(), "at": finite(self.score), "set": self.set_name}

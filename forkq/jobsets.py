@@ -43,17 +43,36 @@ class JobSet:
         return self.entries()
 
     def entries(self, limit: int | None = None, *, reverse: bool = False) -> Iterator[SortedEntry]:
-        """The entries by score (soonest first; latest first with ``reverse``), a page at a time."""
-        start = 0
-        while limit is None or start < limit:
-            count = PAGE if limit is None else min(PAGE, limit - start)
-            page = self.redis.zrange(self.name, start, start + count - 1, desc=reverse,
-                                     withscores=True)
-            for member, score in cast(list[tuple[bytes, float]], page):
-                yield SortedEntry(raw(member), score=float(score), set_name=self.name)
-            if len(page) < count:
+        """The entries by score (soonest first; latest first with ``reverse``), a page at a time.
+
+        Pages continue from the last score seen, not from a position, so entries removed
+        meanwhile (by the caller, the leader's mover or anyone) never make others skipped."""
+        yielded = 0
+        bound: float | None = None
+        at_bound: set[bytes] = set()  # members already yielded at score ``bound``
+        while limit is None or yielded < limit:
+            page = self._page_from(bound, PAGE + len(at_bound), reverse=reverse)
+            fresh = [(m, s) for m, s in page if not (s == bound and m in at_bound)]
+            for member, score in fresh[: None if limit is None else limit - yielded]:
+                yield SortedEntry(member, score=score, set_name=self.name)
+                yielded += 1
+            if not fresh or len(page) < PAGE + len(at_bound):
                 return
-            start += count
+            last = fresh[-1][1]
+            at_bound = (at_bound if last == bound else set()) | {m for m, s in fresh if s == last}
+            bound = last
+
+    def _page_from(self, bound: float | None, count: int, *, reverse: bool
+                   ) -> list[tuple[bytes, float]]:
+        """Up to ``count`` members scored from ``bound`` (inclusive) onwards."""
+        start = ("+inf" if reverse else "-inf") if bound is None else repr(bound)
+        if reverse:
+            found = self.redis.zrevrangebyscore(self.name, start, "-inf", start=0, num=count,
+                                                withscores=True)
+        else:
+            found = self.redis.zrangebyscore(self.name, start, "+inf", start=0, num=count,
+                                             withscores=True)
+        return [(raw(member), float(score)) for member, score in cast(list[Any], found)]
 
     def find_job(self, jid: str) -> SortedEntry | None:
         """The entry whose payload has this ``jid`` (a ``ZSCAN`` for it, as Sidekiq)."""
@@ -84,6 +103,7 @@ class JobSet:
         return self._act(entry, "dead", keys.DEAD, entry.raw, "")
 
     def delete(self, entry: SortedEntry) -> bool:
+        """Remove it; False if it was no longer in the set."""
         return self._act(entry, "delete", self.name, b"", "")
 
     def reschedule(self, entry: SortedEntry, at: float) -> bool:

@@ -1,21 +1,26 @@
 """The operator's commands on top of :mod:`forkq.api`: ``status``, ``quiet``, ``stop``,
-``queues``, ``retries`` / ``dead`` / ``scheduled`` and ``enqueue``.
+``dump``, ``reload``, ``queues``, ``retries`` / ``dead`` / ``scheduled`` and ``enqueue``.
 
 Each command is a function ``(client, args) -> Outcome``: the data printed with
-``--json`` (one JSON object), the text printed otherwise, and the exit status:
+``--json`` (one JSON object on stdout), the text printed otherwise, the messages for
+stderr, and the exit status:
 
 - 0 — done;
-- 2 — usage error (a missing or contradictory argument);
-- 65 — unusable input (``enqueue`` arguments that are not JSON-encodable, a bad ``--at``);
-- 66 — a named process, queue or jid is not there (the others named were still acted on);
-- 69 — Redis did not answer (raised by the caller's connection, handled in :mod:`forkq.cli`);
-- 1 — any other refusal (for instance retrying a set entry that is not a job).
+- 2 — usage error (a missing or contradictory argument; argparse's own errors too);
+- 65 — unusable input (an ``enqueue`` ARG that looks like JSON but does not parse, or a
+  value JSON cannot carry such as NaN);
+- 66 — a named process, queue or jid is not there; the others named were still acted on,
+  and ``--json`` lists the absent ones under ``missing``;
+- 1 — something named was refused (a set entry that is not a job, a remote signal a
+  process does not take); the rest were acted on, and ``--json`` lists them under
+  ``refused``. Redis errors are handled in :mod:`forkq.cli` (69 when it does not answer).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -27,12 +32,22 @@ import redis
 
 from forkq import client as clients
 from forkq import tables
-from forkq.errors import EXIT_DATAERR, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, NotFoundError
+from forkq.errors import (
+    EXIT_DATAERR,
+    EXIT_FAILURE,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    ForkqError,
+    NotFoundError,
+)
 from forkq.jobrecord import SortedEntry
 from forkq.jobsets import SETS, JobSet
-from forkq.processes import ProcessSet
+from forkq.processes import ProcessSet, Work
 from forkq.queues import Queue
 from forkq.stats import Stats
+
+DEFAULT_LIMIT = 50
 
 
 @dataclass
@@ -48,30 +63,38 @@ class Outcome:
 Command = Callable[[redis.Redis, argparse.Namespace], Outcome]
 
 
-def usage(message: str) -> Outcome:
-    return Outcome({"error": message}, "", EXIT_USAGE, [message])
+def failed(code: int, message: str, **data: Any) -> Outcome:
+    """An outcome that only reports ``message`` (on stderr; under ``error`` with --json)."""
+    return Outcome({"error": message, **data}, "", code, [message])
+
+
+def _with_problems(data: dict[str, Any], missing: list[str], refused: list[str]
+                   ) -> tuple[dict[str, Any], int]:
+    """``data`` with ``missing`` and ``refused``, and the exit status they call for."""
+    code = EXIT_NOT_FOUND if missing else EXIT_FAILURE if refused else EXIT_OK
+    return {**data, "missing": missing, "refused": refused}, code
 
 
 # --- status ------------------------------------------------------------------------
 
 
 def status(client: redis.Redis, args: argparse.Namespace) -> Outcome:
-    """Processes, queues and totals in one view."""
+    """Processes, what each busy processor runs, queues and totals in one view."""
     now = time.time()
-    processes = ProcessSet(client).live()
-    queues = [(q.name, q.size(), q.latency(now)) for q in Queue.all(client)]
+    processes = ProcessSet(client)
+    live = processes.live()
+    work = processes.work()
     stats = Stats.read(client, now)
-    data = {
-        "processes": [p.summary() for p in processes],
-        "queues": [{"name": n, "size": s, "latency": lat} for n, s, lat in queues],
-        "stats": stats.summary(),
-    }
-    capacity = sum(p.concurrency for p in processes)
+    queues = _queue_rows(client, stats.queues, now)
+    data = {"processes": [p.summary() for p in live], "busy": [w.summary() for w in work],
+            "queues": queues, "stats": stats.summary()}
+    capacity = sum(p.concurrency for p in live)
     text = "\n\n".join([
-        f"Processes ({len(processes)})\n" + tables.table(
+        f"Processes ({len(live)})\n" + tables.table(
             ["IDENTITY", "TAG", "PID", "BUSY", "QUIET", "LEADER", "STARTED"],
             [[p.identity, p.tag, p.pid, f"{p.busy}/{p.concurrency}", tables.yes(p.quiet),
-              tables.yes(p.leader), tables.moment(p.started_at, now)] for p in processes]),
+              tables.yes(p.leader), tables.moment(p.started_at, now)] for p in live]),
+        f"Busy ({len(work)})\n" + _work_table(work, now),
         f"Queues ({len(queues)})\n" + _queue_table(queues),
         "Totals\n" + tables.table(
             ["PROCESSED", "FAILED", "ENQUEUED", "SCHEDULED", "RETRIES", "DEAD", "BUSY"],
@@ -81,38 +104,59 @@ def status(client: redis.Redis, args: argparse.Namespace) -> Outcome:
     return Outcome(data, text)
 
 
-def _queue_table(queues: list[tuple[str, int, float]]) -> str:
+def _work_table(work: list[Work], now: float) -> str:
+    return tables.table(
+        ["IDENTITY", "PROCESSOR", "QUEUE", "CLASS", "JID", "RUNNING"],
+        [[w.identity, w.thread, w.queue, w.payload.get("class"), w.payload.get("jid"),
+          tables.seconds(now - w.run_at)] for w in work])
+
+
+def _queue_rows(client: redis.Redis, sizes: dict[str, int], now: float) -> list[dict[str, Any]]:
+    """``{name, size, latency}`` per queue, from sizes already read."""
+    return [{"name": name, "size": size, "latency": Queue(client, name).latency(now)}
+            for name, size in sizes.items()]
+
+
+def _queue_table(rows: list[dict[str, Any]]) -> str:
     return tables.table(["NAME", "SIZE", "LATENCY"],
-                        [[n, s, tables.seconds(lat)] for n, s, lat in queues])
+                        [[q["name"], q["size"], tables.seconds(q["latency"])] for q in rows])
 
 
-# --- quiet / stop ------------------------------------------------------------------------
+# --- quiet / stop / dump / reload --------------------------------------------------------------
+
+_ASKED = {"quiet": "asked {} to quiet", "stop": "asked {} to stop",
+          "dump": "asked {} to log its stacks", "reload": "asked {} to reload its configuration"}
 
 
 def signal_processes(action: str) -> Command:
-    """``quiet`` or ``stop``: the named processes (or ``--all``) get Sidekiq's remote signal."""
+    """The named processes (or ``--all``) get Sidekiq's remote signal for ``action``."""
 
     def run(client: redis.Redis, args: argparse.Namespace) -> Outcome:
         if bool(args.identities) == bool(args.all):
-            return usage(f"{action}: name one or more IDENTITY, or --all")
+            return failed(EXIT_USAGE, f"{action}: name one or more IDENTITY, or --all")
         processes = ProcessSet(client)
-        targets, errors = [], []
+        targets = processes.live() if args.all else []
+        missing, refused, errors = [], [], []
         for wanted in args.identities:
             try:
                 targets.append(processes.find(wanted))
             except NotFoundError as exc:
+                missing.append(wanted)
                 errors.append(str(exc))
-        if args.all:
-            targets = processes.live()
+        done = []
         for process in targets:
-            processes.signal(process, action)
-        done = [p.identity for p in targets]
-        verb = "quiet" if action == "quiet" else "stop"
-        text = "\n".join(f"asked {i} to {verb} (it acts at its next heartbeat)" for i in done)
-        if not done and not errors:
-            text = "no live processes"
-        return Outcome({"signalled": done, "signal": action}, text,
-                       EXIT_NOT_FOUND if errors else EXIT_OK, errors)
+            try:
+                processes.signal(process, action)
+            except ForkqError as exc:
+                refused.append(process.identity)
+                errors.append(str(exc))
+            else:
+                done.append(process.identity)
+        lines = [_ASKED[action].format(i) + " (it acts at its next heartbeat)" for i in done]
+        if not targets and not errors:
+            lines = ["no live processes"]
+        data, code = _with_problems({"signal": action, "signalled": done}, missing, refused)
+        return Outcome(data, "\n".join(lines), code, errors)
 
     return run
 
@@ -124,32 +168,27 @@ def queues(client: redis.Redis, args: argparse.Namespace) -> Outcome:
     """``queues [list]``, ``queues jobs NAME``, ``queues clear NAME``."""
     if args.action == "list":
         if args.name:
-            return usage("queues list takes no NAME (use: forkq queues jobs NAME)")
-        now = time.time()
-        rows = [(q.name, q.size(), q.latency(now)) for q in Queue.all(client)]
-        return Outcome({"queues": [{"name": n, "size": s, "latency": lat} for n, s, lat in rows]},
-                       _queue_table(rows))
+            return failed(EXIT_USAGE, "queues list takes no NAME (use: forkq queues jobs NAME)")
+        rows = _queue_rows(client, Stats.read(client).queues, time.time())
+        return Outcome({"queues": rows}, _queue_table(rows))
     if not args.name:
-        return usage(f"queues {args.action} needs a queue NAME")
+        return failed(EXIT_USAGE, f"queues {args.action} needs a queue NAME")
     queue = Queue(client, args.name)
     if not queue.exists():
-        return _missing(f"no queue {args.name!r} (known: "
-                        f"{', '.join(q.name for q in Queue.all(client)) or 'none'})")
+        known = ", ".join(q.name for q in Queue.all(client)) or "none"
+        return failed(EXIT_NOT_FOUND, f"no queue {args.name!r} (known: {known})",
+                      missing=[args.name])
     if args.action == "clear":
         dropped = queue.clear()
         return Outcome({"queue": queue.name, "cleared": dropped},
                        f"cleared queue {queue.name}: {dropped} jobs dropped")
     now = time.time()
-    jobs = list(queue.jobs(args.limit))
+    jobs = queue.next_jobs(args.limit or queue.size())
     return Outcome(
         {"queue": queue.name, "size": queue.size(), "jobs": [j.summary() for j in jobs]},
         tables.table(["JID", "CLASS", "ARGS", "ENQUEUED"],
                      [[j.jid, j.klass, tables.short(json.dumps(j.args)),
                        tables.moment(j.enqueued_at, now)] for j in jobs]))
-
-
-def _missing(message: str) -> Outcome:
-    return Outcome({"error": message}, "", EXIT_NOT_FOUND, [message])
 
 
 # --- retries / dead / scheduled -----------------------------------------------------------------
@@ -164,55 +203,65 @@ def job_set(kind: str) -> Command:
             return _list_set(jobs, kind, args.limit)
         if args.action == "clear":
             if args.jids or args.all:
-                return usage(f"{kind} clear takes no JID and no --all")
+                return failed(EXIT_USAGE, f"{kind} clear takes no JID and no --all")
             cleared = jobs.clear()
             return Outcome({"set": jobs.name, "cleared": cleared},
                            f"cleared {kind}: {cleared} jobs dropped")
         if args.action == "kill" and kind == "dead":
-            return usage("dead jobs cannot be killed again (use: forkq dead delete)")
+            return failed(EXIT_USAGE, "dead jobs cannot be killed again (use: forkq dead delete)")
         if bool(args.jids) == bool(args.all):
-            return usage(f"{kind} {args.action}: name one or more JID, or --all")
+            return failed(EXIT_USAGE, f"{kind} {args.action}: name one or more JID, or --all")
         return _act(jobs, kind, args.action, args.jids, every=args.all)
 
     return run
 
 
-def _list_set(jobs: JobSet, kind: str, limit: int | None) -> Outcome:
+def _list_set(jobs: JobSet, kind: str, limit: int) -> Outcome:
     now = time.time()
-    entries = list(jobs.entries(limit, reverse=kind == "dead"))
+    entries = list(jobs.entries(limit or None, reverse=kind == "dead"))
     when = {"scheduled": "DUE", "retries": "NEXT RETRY", "dead": "DIED"}[kind]
     rows = [[e.jid, e.klass, e.queue, tables.short(json.dumps(e.args), 40),
              tables.moment(e.score, now), e.retry_count if e.retry_count is not None else "",
              tables.short(f"{e.error_class}: {e.error_message}", 50) if e.error_class else ""]
             for e in entries]
+    size = jobs.size()
     text = tables.table(["JID", "CLASS", "QUEUE", "ARGS", when, "RETRIES", "ERROR"], rows)
-    return Outcome({"set": jobs.name, "size": jobs.size(),
-                    "jobs": [e.summary() for e in entries]},
-                   f"{kind}: {jobs.size()} jobs\n{text}")
+    shown = f" (the first {len(entries)}; --limit 0 lists all)" if len(entries) < size else ""
+    return Outcome({"set": jobs.name, "size": size, "jobs": [e.summary() for e in entries]},
+                   f"{kind}: {size} jobs{shown}\n{text}")
 
 
 _PAST = {"retry": "enqueued", "delete": "deleted", "kill": "killed"}
 
 
 def _act(jobs: JobSet, kind: str, action: str, jids: list[str], *, every: bool) -> Outcome:
-    """Apply ``action`` to each named jid (or every entry); jids not found are reported."""
+    """Apply ``action`` to each named jid (or every entry); absent and refused ones are
+    reported, the others are still acted on."""
     targets: list[tuple[str, SortedEntry | None]]
     if every:
-        targets = [(entry.jid, entry) for entry in jobs.entries()]
+        targets = [(entry.jid or repr(entry.raw[:40]), entry) for entry in jobs.entries()]
     else:
         targets = [(jid, jobs.find_job(jid)) for jid in jids]
     method = {"retry": jobs.add_to_queue if kind == "scheduled" else jobs.retry,
               "delete": jobs.delete, "kill": jobs.kill}[action]
-    done: list[str] = []
-    missing: list[str] = []
+    done, missing, refused, errors = [], [], [], []
     for jid, entry in targets:
-        # False: it left the set between the read and the action (run, moved or deleted)
-        (done if entry is not None and method(entry) else missing).append(jid)
-    errors = [f"no job {jid!r} in {kind}" for jid in missing]
+        try:
+            # False: it left the set between the read and the action (run, moved or deleted)
+            acted = entry is not None and method(entry)
+        except ForkqError as exc:
+            refused.append(jid)
+            errors.append(str(exc))
+            continue
+        if acted:
+            done.append(jid)
+        else:
+            missing.append(jid)
+            errors.append(f"no job {jid!r} in {kind}")
     past = _PAST[action]
     text = "\n".join(f"{past} {jid}" for jid in done) or f"nothing {past}"
-    return Outcome({"set": jobs.name, past: done, "missing": missing}, text,
-                   EXIT_NOT_FOUND if missing else EXIT_OK, errors)
+    data, code = _with_problems({"set": jobs.name, past: done}, missing, refused)
+    return Outcome(data, text, code, errors)
 
 
 # --- enqueue ------------------------------------------------------------------------------
@@ -221,41 +270,53 @@ def _act(jobs: JobSet, kind: str, action: str, jids: list[str], *, every: bool) 
 def enqueue(client: redis.Redis, args: argparse.Namespace,
             defaults: dict[str, Any] | None = None) -> Outcome:
     """Push one job by name, with ``defaults`` (a registered job's options) under the flags.
-    Each ARG is JSON when it parses as JSON, else a string."""
-    item: dict[str, Any] = dict(defaults or {})
-    item["class"] = args.name
-    item["args"] = [_arg(text) for text in args.args]
-    if args.to_queue:
+    Each ARG is JSON when it parses as JSON, else a string (unless it looks like JSON)."""
+    if args.in_seconds is not None and args.at is not None:
+        return failed(EXIT_USAGE, "enqueue: give --in or --at, not both")
+    item: dict[str, Any] = {**(defaults or {}), "class": args.name}
+    try:
+        item["args"] = [_arg(text) for text in args.args]
+    except ValueError as exc:
+        return failed(EXIT_DATAERR, f"enqueue: {exc}")
+    if args.to_queue is not None:
         item["queue"] = args.to_queue
     if args.retry is not None:
         item["retry"] = args.retry
-    if args.in_seconds is not None and args.at is not None:
-        return usage("enqueue: give --in or --at, not both")
-    if args.in_seconds is not None:
-        item["at"] = time.time() + args.in_seconds
-    elif args.at is not None:
-        item["at"] = args.at
+    now = time.time()
+    at = now + args.in_seconds if args.in_seconds is not None else args.at
+    if at is not None and at > now:
+        item["at"] = at  # an epoch: above 1e9 once in the future, never read as an interval
     try:
         jid = clients.Client(client).push(item)
     except (TypeError, ValueError) as exc:
-        return Outcome({"error": str(exc)}, "", EXIT_DATAERR, [f"enqueue: {exc}"])
-    now = time.time()
-    at = item["at"] if item.get("at") is not None and item["at"] > now else None
+        return failed(EXIT_DATAERR, f"enqueue: {exc}")
     queue = item.get("queue", "default")
-    where = f"schedule (due {tables.moment(at, now)})" if at else f"queue {queue}"
-    return Outcome({"jid": jid, "class": args.name, "queue": queue, "at": at},
+    scheduled = item.get("at")
+    where = f"schedule (due {tables.moment(scheduled, now)})" if scheduled else f"queue {queue}"
+    return Outcome({"jid": jid, "class": args.name, "queue": queue, "at": scheduled},
                    f"enqueued {args.name} {jid} to {where}")
 
 
+_JSON_STARTS = ('"', "[", "{")
+
+
 def _arg(text: str) -> Any:
+    """JSON when ``text`` parses as JSON; else the string itself, unless it starts like a JSON
+    string, array or object (then a typo must not silently become a string: ValueError)."""
     try:
         return json.loads(text)
-    except ValueError:
+    except ValueError as exc:
+        if text.lstrip().startswith(_JSON_STARTS):
+            raise ValueError(f"ARG {tables.short(text, 40)!r} looks like JSON but does not "
+                             f"parse: {exc}") from None
         return text
 
 
+# --- argument types (argparse turns their ValueError into a usage error) ------------------------
+
+
 def retry_option(text: str) -> bool | int:
-    """``--retry``: true, false or a number of retries (an argparse type)."""
+    """``--retry``: true, false or a number of retries."""
     lowered = text.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
@@ -265,18 +326,37 @@ def retry_option(text: str) -> bool | int:
     return count
 
 
+def seconds_option(text: str) -> float:
+    """``--in``: a finite number of seconds."""
+    value = float(text)
+    if not math.isfinite(value) or abs(value) > 1e10:
+        raise ValueError(text)
+    return value
+
+
 def when_option(text: str) -> float:
     """``--at``: epoch seconds, or an ISO 8601 time (local time unless it has an offset)."""
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         return datetime.fromisoformat(text).timestamp()
+    if not math.isfinite(value) or not 0 <= value < 1e11:
+        raise ValueError(text)
+    return value
+
+
+def limit_option(text: str) -> int:
+    """``--limit``: how many to list; 0 for all."""
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
 
 
 def emit(outcome: Outcome, *, as_json: bool) -> int:
     """Print ``outcome`` (JSON or text on stdout, errors on stderr); its exit status."""
     if as_json:
-        print(json.dumps(outcome.data, ensure_ascii=False))
+        print(json.dumps(outcome.data, ensure_ascii=False, allow_nan=False))
     elif outcome.text:
         print(outcome.text)
     for error in outcome.errors:

@@ -24,12 +24,13 @@ from typing import Any
 import redis
 
 from forkq import keys
-from forkq import payload as payloads
 from forkq.connection import raw, text
 from forkq.errors import ForkqError, NotFoundError
+from forkq.jobrecord import finite
 
 FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us", "concurrency")
-SIGNALS = {"quiet": "TSTP", "stop": "TERM", "dump": "TTIN"}
+SIGNALS = {"quiet": "TSTP", "stop": "TERM", "dump": "TTIN", "reload": "HUP"}
+FORKQ_ONLY = frozenset({"reload"})  # Sidekiq does not trap HUP: it would die of it
 
 
 def _int(value: Any) -> int:
@@ -75,17 +76,15 @@ class Process:
     leader: bool = False
 
     @classmethod
-    def from_hash(cls, identity: str, values: list[Any], *, leader: str) -> Process | None:
-        """Build from ``HMGET <identity> FIELDS``; None when the hash is gone or unreadable."""
+    def from_hash(cls, identity: str, values: list[Any], *, leader: str) -> Process:
+        """Build from ``HMGET <identity> FIELDS`` (an unreadable ``info`` reads as empty)."""
         record = dict(zip(FIELDS, values, strict=True))
-        if record["info"] is None:
-            return None
         try:
             info = json.loads(record["info"])
-        except ValueError:
-            return None
+        except (TypeError, ValueError):
+            info = None
         if not isinstance(info, dict):
-            return None
+            info = {}
         hashed = record["concurrency"]
         return cls(
             identity=identity,
@@ -122,7 +121,14 @@ class Process:
 
     @property
     def started_at(self) -> float | None:
-        return payloads.epoch_seconds(self.info.get("started_at"))
+        """Epoch seconds: every Sidekiq version reads ``info.started_at`` as seconds."""
+        value = self.info.get("started_at")
+        return None if isinstance(value, bool) or not isinstance(value, int | float) else value
+
+    @property
+    def is_forkq(self) -> bool:
+        """A forkq daemon (its ``info`` carries ``forkq``: the version), not a Sidekiq process."""
+        return isinstance(self.info.get("forkq"), str)
 
     @property
     def version(self) -> str:
@@ -138,7 +144,8 @@ class Process:
             "identity": self.identity, "hostname": self.hostname, "pid": self.pid,
             "tag": self.tag, "labels": self.labels, "queues": self.queues,
             "concurrency": self.concurrency, "busy": self.busy, "quiet": self.quiet,
-            "leader": self.leader, "beat": self.beat, "started_at": self.started_at,
+            "leader": self.leader, "beat": finite(self.beat),
+            "started_at": finite(self.started_at),
             "rss_kb": self.rss_kb, "version": self.version,
         }
 
@@ -156,7 +163,7 @@ class Work:
     def summary(self) -> dict[str, Any]:
         return {"identity": self.identity, "thread": self.thread, "queue": self.queue,
                 "jid": self.payload.get("jid"), "class": self.payload.get("class"),
-                "args": self.payload.get("args"), "run_at": self.run_at}
+                "args": self.payload.get("args"), "run_at": finite(self.run_at)}
 
 
 class ProcessSet:
@@ -176,22 +183,22 @@ class ProcessSet:
         found: list[Process] = []
         gone: list[str] = []
         for identity, values in zip(identities, records, strict=True):
-            process = Process.from_hash(identity, values, leader=text(leader or b""))
-            if process is None:
+            if values[0] is None:  # no info: the record expired, the process is gone
                 gone.append(identity)
             else:
-                found.append(process)
+                found.append(Process.from_hash(identity, values, leader=text(leader or b"")))
         if gone:
             self.redis.srem(keys.PROCESSES, *gone)
         return found
 
     def find(self, wanted: str) -> Process:
-        """The process named by its identity, or by an unambiguous start of it (``host:pid``).
+        """The process named by its identity, or by its first parts (``host:pid``, ``host``) when
+        they name only one.
 
         Raises :class:`~forkq.errors.NotFoundError` naming the known identities otherwise."""
         processes = self.live()
         exact = [p for p in processes if p.identity == wanted]
-        matches = exact or [p for p in processes if wanted and p.identity.startswith(wanted)]
+        matches = exact or [p for p in processes if wanted and p.identity.startswith(wanted + ":")]
         if len(matches) == 1:
             return matches[0]
         known = ", ".join(p.identity for p in processes) or "none"
@@ -201,11 +208,14 @@ class ProcessSet:
         raise NotFoundError(f"no live process {wanted!r} (live: {known})")
 
     def signal(self, process: Process, action: str) -> None:
-        """Ask ``process`` to ``quiet``, ``stop`` or ``dump`` its stacks (a remote signal,
-        acted on at its next heartbeat)."""
+        """Ask ``process`` to ``quiet``, ``stop``, ``dump`` its stacks or ``reload`` its
+        configuration (a remote signal, acted on at its next heartbeat). Raises ForkqError,
+        sending nothing, for an embedded Sidekiq process and for ``reload`` to a Sidekiq one."""
         if process.embedded:
             raise ForkqError(f"{process.identity} is an embedded Sidekiq process: it does not "
                              "take remote signals")
+        if action in FORKQ_ONLY and not process.is_forkq:
+            raise ForkqError(f"{process.identity} is not a forkq process: it cannot {action}")
         key = keys.signals(process.identity)
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.lpush(key, SIGNALS[action])

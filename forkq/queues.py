@@ -47,24 +47,29 @@ class Queue:
             return 0.0
         return JobRecord(raw(oldest), self.key).latency(time.time() if now is None else now)
 
-    def jobs(self, limit: int | None = None) -> Iterator[JobRecord]:
-        """The jobs, oldest (next to run) first, read a page at a time."""
-        seen = 0
-        end = -1
-        while limit is None or seen < limit:
-            page = self.redis.lrange(self.key, end - PAGE + 1, end)
-            if not page:
+    def jobs(self) -> Iterator[JobRecord]:
+        """Every job, newest first (as Sidekiq's ``Queue#each``), a page at a time from the left
+        end. Processors take from the right end, which shifts nothing; jobs the caller deletes
+        are made up for (``initial size - size``), so none is skipped. A job pushed meanwhile
+        may show a later one twice."""
+        initial = self.size()
+        page = 0
+        while True:
+            start = max(0, page * PAGE - (initial - self.size()))
+            found = self.redis.lrange(self.key, start, start + PAGE - 1)
+            if not found:
                 return
-            for member in reversed(page):
+            for member in found:
                 yield JobRecord(raw(member), self.key)
-                seen += 1
-                if limit is not None and seen >= limit:
-                    return
-            if len(page) < PAGE:
-                return
-            end -= PAGE
+            page += 1
+
+    def next_jobs(self, limit: int) -> list[JobRecord]:
+        """The ``limit`` jobs that run next, next first: one read, a consistent snapshot."""
+        found = self.redis.lrange(self.key, -limit, -1) if limit > 0 else []
+        return [JobRecord(raw(member), self.key) for member in reversed(found)]
 
     def find_job(self, jid: str) -> JobRecord | None:
+        """The job with this jid (a scan of the whole list: O(size)); None if not queued."""
         return next((job for job in self.jobs() if job.jid == jid), None)
 
     def delete(self, job: JobRecord) -> bool:

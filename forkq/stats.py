@@ -37,6 +37,7 @@ class Stats:
 
     @classmethod
     def read(cls, client: redis.Redis, now: float | None = None) -> Stats:
+        """Read every figure in one pipelined round trip (after listing queues and processes)."""
         queues = sorted(text(q) for q in client.smembers(keys.QUEUES))
         identities = [text(i) for i in client.smembers(keys.PROCESSES)]
         with client.pipeline(transaction=False) as pipe:
@@ -44,19 +45,20 @@ class Stats:
             pipe.get(keys.STAT_FAILED)
             for zset in (keys.SCHEDULE, keys.RETRY, keys.DEAD):
                 pipe.zcard(zset)
+            pipe.scard(keys.PROCESSES)
             pipe.lindex(keys.queue("default"), -1)
             for queue in queues:
                 pipe.llen(keys.queue(queue))
             for identity in identities:
                 pipe.hget(identity, "busy")
-            processed, failed, scheduled, retries, dead, oldest, *rest = pipe.execute()
+            processed, failed, scheduled, retries, dead, listed, oldest, *rest = pipe.execute()
         lengths = dict(zip(queues, (int(n) for n in rest[:len(queues)]), strict=True))
         busy = rest[len(queues):]
         latency = JobRecord(oldest).latency(time.time() if now is None else now) if oldest else 0.0
         return cls(
             processed=int(processed or 0), failed=int(failed or 0), scheduled_size=int(scheduled),
             retry_size=int(retries), dead_size=int(dead),
-            processes_size=sum(1 for b in busy if b is not None),
+            processes_size=int(listed),
             enqueued=sum(lengths.values()),
             workers_size=sum(int(b) for b in busy if b is not None and text(b).isdigit()),
             default_queue_latency=latency, queues=lengths,

@@ -37,7 +37,10 @@ def moment(epoch: float | None, now: float) -> str:
     """An epoch as local time with how far from ``now``: ``2026-11-21 10:04:05 (in 5m00s)``."""
     if epoch is None:
         return "-"
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+    try:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+    except (OverflowError, ValueError, OSError):  # beyond what the C library can show
+        return repr(epoch)
     delta = epoch - now
     relative = f"in {seconds(delta)}" if delta > 0 else f"{seconds(-delta)} ago"
     return f"{stamp} ({relative})"

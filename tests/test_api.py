@@ -46,9 +46,8 @@ def test_queue_size_latency_jobs_find_delete_clear(r: redis.Redis) -> None:
     queue = api.Queue(r, "q1")
     assert queue.size() == 120 and queue.exists()
     assert 0 < queue.latency() < 60
-    listed = list(queue.jobs())
-    assert [job.jid for job in listed] == jids, "oldest (next to run) first, across pages"
-    assert [job.args for job in queue.jobs(3)] == [[0], [1], [2]]
+    assert [job.jid for job in queue.jobs()] == jids[::-1], "newest first, across pages"
+    assert [job.args for job in queue.next_jobs(3)] == [[0], [1], [2]], "next to run first"
 
     found = queue.find_job(str(jids[70]))
     assert found is not None and found.args == [70] and found.klass == "Record"
@@ -69,6 +68,22 @@ def test_latency_reads_sidekiq_8_milliseconds(r: redis.Redis) -> None:
     (record,) = api.Queue(r, "eight").jobs()
     assert record.enqueued_at == pytest.approx(ten_seconds_ago_ms / 1000)
     assert api.Stats.read(r).queues == {"eight": 1}
+
+
+def test_iterating_a_queue_while_it_is_consumed_or_deleted_from_skips_nothing(
+        r: redis.Redis) -> None:
+    client = forkq.Client(r)
+    jids = [client.push({"class": "Record", "args": [n], "queue": "q"}) for n in range(200)]
+    queue = api.Queue(r, "q")
+    seen: list[str] = []
+    for job in queue.jobs():
+        seen.append(job.jid)
+        if len(seen) == 50:
+            for _ in range(30):  # processors take the oldest 30 meanwhile
+                r.rpop("queue:q")
+    assert set(jids[30:]) <= set(seen), "every job still queued was seen"
+    deleted = sum(1 for job in queue.jobs() if queue.delete(job))
+    assert deleted == 170 and queue.size() == 0
 
 
 # --- sorted sets -----------------------------------------------------------------------------
@@ -144,6 +159,22 @@ def test_an_action_racing_the_leaders_mover_acts_once(r: redis.Redis) -> None:
     assert due.move_due(r, lease.token, time.time()) == 1
     assert not api.RetrySet(r).retry(entry), "the mover took it first"
     assert r.llen("queue:default") == 1 and r.zcard("retry") == 0
+
+
+def test_iterating_a_set_while_entries_leave_skips_none(r: redis.Redis) -> None:
+    now = time.time()
+    members = {wirejson.dumps(_job(args=[n])): now + 100 + n // 3 for n in range(200)}  # ties
+    r.zadd("schedule", members)
+    scheduled = api.ScheduledSet(r)
+    assert sum(1 for entry in scheduled if scheduled.delete(entry)) == 200
+    r.zadd("schedule", members)
+    seen = []
+    for entry in scheduled.entries(reverse=True):
+        seen.append(entry.raw)
+        if len(seen) == 10:
+            r.zremrangebyrank("schedule", 0, 19)  # the mover takes the 20 soonest meanwhile
+    assert len(seen) == 180 and len(set(seen)) == 180
+    assert [e.args for e in scheduled.entries(2)] == [[20], [21]]
 
 
 def test_retry_all_and_kill_all_leave_nothing_behind(r: redis.Redis) -> None:
@@ -232,17 +263,18 @@ def test_process_set_reads_sidekiq_6_7_and_8_records(r: redis.Redis) -> None:
 
 def test_find_quiet_stop_and_refusals(r: redis.Redis) -> None:
     info = {"hostname": "h", "pid": 10, "concurrency": 1, "queues": ["default"],
-            "started_at": time.time()}
+            "started_at": int(time.time())}  # an integer: seconds, in every Sidekiq version
     _process(r, "h:10:aaaaaaaaaaaa", {**info, "identity": "h:10:aaaaaaaaaaaa"})
-    _process(r, "h:11:bbbbbbbbbbbb", {**info, "pid": 11, "identity": "h:11:bbbbbbbbbbbb"})
+    _process(r, "h:101:bbbbbbbbbbbb", {**info, "pid": 101, "identity": "h:101:bbbbbbbbbbbb"})
     _process(r, "h:12:cccccccccccc", {**info, "pid": 12, "embedded": True,
                                       "identity": "h:12:cccccccccccc"})
     processes = api.ProcessSet(r)
-    assert processes.find("h:10").identity == "h:10:aaaaaaaaaaaa"
+    assert processes.find("h:10").identity == "h:10:aaaaaaaaaaaa", "whole parts, not h:101"
     with pytest.raises(NotFoundError, match="matches 3 processes"):
-        processes.find("h:1")
-    with pytest.raises(NotFoundError, match="no live process 'x:1'"):
-        processes.find("x:1")
+        processes.find("h")
+    for absent in ("x:1", "h:1"):
+        with pytest.raises(NotFoundError, match=f"no live process '{absent}'"):
+            processes.find(absent)
 
     processes.signal(processes.find("h:10"), "quiet")
     processes.signal(processes.find("h:10"), "stop")
@@ -250,6 +282,10 @@ def test_find_quiet_stop_and_refusals(r: redis.Redis) -> None:
     assert 0 < r.ttl("h:10:aaaaaaaaaaaa-signals") <= 60
     with pytest.raises(ForkqError, match="embedded"):
         processes.signal(processes.find("h:12"), "stop")
+    with pytest.raises(ForkqError, match="not a forkq process: it cannot reload"):
+        processes.signal(processes.find("h:10"), "reload")  # Sidekiq would die of a HUP
+    assert r.llen("h:10:aaaaaaaaaaaa-signals") == 2 and not r.exists("h:12:cccccccccccc-signals")
+    assert processes.find("h:10").started_at == pytest.approx(time.time(), abs=5)
 
 
 def test_stats_and_history(r: redis.Redis) -> None:

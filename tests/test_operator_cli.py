@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import redis
 
+from forkq import payload as payloads
+from forkq import wirejson
 from forkq.embedded import EmbeddedServer
 
 from .conftest import Daemon, identity_of, records, run_forkq, until
@@ -130,7 +132,12 @@ def test_enqueue_status_and_queues(ops: Ops, r: redis.Redis,
         assert queues["parked"]["size"] == 3 and queues["parked"]["latency"] > 0
         assert seen["stats"]["enqueued"] == 3 and seen["stats"]["scheduled_size"] == 2
         assert seen["stats"]["workers_size"] == 1
+        (busy,) = seen["busy"]
+        assert (busy["identity"], busy["queue"], busy["class"], busy["jid"]) == (
+            identity, "critical", "Sleep", sleeper)
     else:
+        assert _row(seen.split("Busy (1)\n", 1)[1], identity)[2:5] == [
+            "critical", "Sleep", sleeper]
         assert _row(seen, identity)[:3] == [identity, "ops", str(d.pid)]
         assert _row(seen, "parked")[1] == "3"
         assert _row(seen, "PROCESSED")[2:5] == ["ENQUEUED", "SCHEDULED", "RETRIES"]
@@ -248,9 +255,20 @@ def test_quiet_and_stop(ops: Ops, r: redis.Redis, daemon: Callable[..., Daemon])
     until(lambda: quiet(ident_a), 12, f"a never went quiet:\n{a.log()}")
     assert not quiet(ident_b) and "Received remote TSTP" in a.log()
 
-    missing = ops("quiet", "nobody:1", code=66)
+    missing = ops("quiet", "nobody:1", short, code=66)
     assert "no live process 'nobody:1'" in str(missing)
+    if ops.json:
+        assert (missing["missing"], missing["signalled"]) == (["nobody:1"], [ident_a])
     assert "name one or more IDENTITY, or --all" in ops("stop", code=2)
+
+    dumped = ops("dump", short)
+    assert (dumped["signalled"] == [ident_a]) if ops.json else (
+        f"asked {ident_a} to log its stacks" in dumped)
+    until(lambda: "TTIN: master thread" in a.log(), 12, a.log())
+    ops("reload", "--all")
+    until(lambda: "reload: no changes" in a.log() and "reload: no changes" in b.log(), 12,
+          f"{a.log()}\n{b.log()}")
+    assert "Received remote HUP" in a.log()
 
     ops("stop", ident_a)
     assert a.wait(20) == 0, a.log()
@@ -271,3 +289,34 @@ def test_no_redis_exits_69(tmp_path: Any) -> None:
         extra = ["--json"] if mode == "json" else []
         done = run_forkq("status", "--redis-url", f"unix://{tmp_path}/none.sock", *extra)
         assert done.returncode == 69 and "Redis did not answer" in done.stderr, done
+
+
+def test_refusals_bad_input_and_json_errors(server: EmbeddedServer, r: redis.Redis) -> None:
+    def run(*args: str) -> Any:
+        return run_forkq(*args, "--redis-url", server.url, timeout=30)
+
+    good = [wirejson.dumps(payloads.build("Record", [n], queue="q", now=time.time()))
+            for n in range(2)]
+    r.zadd("retry", {good[0]: 1e10, "garbage": 1e10 + 1, good[1]: 1e10 + 2})
+    done = run("retries", "retry", "--all", "--json")
+    out = json.loads(done.stdout)
+    assert done.returncode == 1 and len(out["enqueued"]) == 2 and len(out["refused"]) == 1
+    assert "not a job" in done.stderr and r.llen("queue:q") == 2 and r.zcard("retry") == 1
+
+    past = run("enqueue", "Record", "1", "--at", "2000-01-01T00:00:00+00:00", "--json")
+    assert past.returncode == 0 and json.loads(past.stdout)["at"] is None
+    assert r.llen("queue:default") == 1 and r.zcard("schedule") == 0, "past: runs now"
+    for bad in (["--in", "inf"], ["--at", "nan"], ["--at", "2024-13-99"]):
+        assert run("enqueue", "Record", *bad).returncode == 2, bad
+    for bad_args in (["-q", ""], ["[1,"], ["NaN"]):
+        refused = run("enqueue", "Record", *bad_args)
+        assert refused.returncode == 65 and "enqueue:" in refused.stderr, (bad_args, refused)
+    assert run("dead", "--limit", "-1").returncode == 2
+
+    missing = run("dead", "delete", "f" * 24, "--json")
+    assert missing.returncode == 66 and json.loads(missing.stdout)["missing"] == ["f" * 24]
+    r.set("queue:wrong", "not a list")
+    r.sadd("queues", "wrong")
+    wrong = run("queues", "--json")
+    assert wrong.returncode == 1 and "Redis refused" in wrong.stderr and "WRONGTYPE" in wrong.stderr
+    assert json.loads(wrong.stdout)["error"].startswith("Redis refused")
