@@ -174,35 +174,41 @@ def _enqueue_parser(sub: argparse.ArgumentParser) -> None:
     sub.set_defaults(func=_enqueue)
 
 
-def _client(args: argparse.Namespace) -> redis.Redis:
-    settings = config.load(args, os.environ)
+def _client(settings: config.Config) -> redis.Redis:
+    """A client for the configured Redis, checked with a PING (ConnectionError if it is down)."""
     client = connect(settings.redis_url, embedded_dir=settings.embedded_dir, socket_timeout=10)
     client.ping()
     return client
 
 
 def _operator(args: argparse.Namespace) -> int:
-    client = _client(args)
+    client = _client(config.load(args, os.environ))
     return ops.emit(OPERATOR[args.command](client, args), as_json=args.json)
 
 
 def _enqueue(args: argparse.Namespace) -> int:
+    settings = config.load(args, os.environ)
+    client = _client(settings)
+    return ops.emit(ops.enqueue(client, args, _job_defaults(settings, args.name)),
+                    as_json=args.json)
+
+
+def _job_defaults(settings: config.Config, name: str) -> dict[str, Any]:
+    """The registered job's own payload options when the config has ``require`` (the app is
+    imported, as ``run`` does); {} for another name, with a note on stderr."""
     from forkq.registry import REGISTRY
 
-    settings = config.load(args, os.environ)
-    client = _client(args)
-    defaults: dict[str, Any] = {}
-    if settings.require:
-        config.import_required(settings)
-        spec = REGISTRY.find(args.name)
-        if spec is None:
-            known = ", ".join(sorted(REGISTRY.names()))
-            print(f"forkq: note: {args.name!r} is not a job of this app ({known}); pushed for "
-                  "another worker (Sidekiq) to run", file=sys.stderr)
-        else:
-            defaults = {**spec.options.payload_options(), "queue": spec.options.queue,
-                        "retry": spec.options.retry}
-    return ops.emit(ops.enqueue(client, args, defaults), as_json=args.json)
+    if not settings.require:
+        return {}
+    config.import_required(settings)
+    spec = REGISTRY.find(name)
+    if spec is None:
+        known = ", ".join(sorted(REGISTRY.names()))
+        print(f"forkq: note: {name!r} is not a job of this app ({known}); pushed for another "
+              "worker (Sidekiq) to run", file=sys.stderr)
+        return {}
+    return {**spec.options.payload_options(), "queue": spec.options.queue,
+            "retry": spec.options.retry}
 
 
 def _version(args: argparse.Namespace) -> int:

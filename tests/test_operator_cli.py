@@ -320,3 +320,16 @@ def test_refusals_bad_input_and_json_errors(server: EmbeddedServer, r: redis.Red
     wrong = run("queues", "--json")
     assert wrong.returncode == 1 and "Redis refused" in wrong.stderr and "WRONGTYPE" in wrong.stderr
     assert json.loads(wrong.stdout)["error"].startswith("Redis refused")
+
+
+def test_enqueue_takes_a_registered_jobs_options_from_the_app(
+        server: EmbeddedServer, r: redis.Redis, tmp_path: Any) -> None:
+    config = tmp_path / "forkq.yml"
+    config.write_text(f"require: jobs\nredis_url: {server.url}\n")
+    own = run_forkq("enqueue", "-C", str(config), "SlowRetry", "x", "--json")
+    assert own.returncode == 0, own.stderr
+    (pushed,) = [json.loads(m) for m in r.lrange("queue:default", 0, -1)]
+    assert (pushed["class"], pushed["retry"], pushed["backtrace"]) == ("SlowRetry", 3, 5)
+    foreign = run_forkq("enqueue", "-C", str(config), "RubyOnly", "1", "-q", "ruby")
+    assert foreign.returncode == 0 and "'RubyOnly' is not a job of this app" in foreign.stderr
+    assert json.loads(r.lindex("queue:ruby", 0) or b"")["args"] == [1]
