@@ -83,9 +83,9 @@ def status(client: redis.Redis, args: argparse.Namespace) -> Outcome:
     now = time.time()
     processes = ProcessSet(client)
     live = processes.live()
-    work = processes.work()
+    work = processes.work(live)
     stats = Stats.read(client, now)
-    queues = _queue_rows(client, stats.queues, now)
+    queues = _queue_rows(stats)
     data = {"processes": [p.summary() for p in live], "busy": [w.summary() for w in work],
             "queues": queues, "stats": stats.summary()}
     capacity = sum(p.concurrency for p in live)
@@ -111,10 +111,10 @@ def _work_table(work: list[Work], now: float) -> str:
           tables.seconds(now - w.run_at)] for w in work])
 
 
-def _queue_rows(client: redis.Redis, sizes: dict[str, int], now: float) -> list[dict[str, Any]]:
-    """``{name, size, latency}`` per queue, from sizes already read."""
-    return [{"name": name, "size": size, "latency": Queue(client, name).latency(now)}
-            for name, size in sizes.items()]
+def _queue_rows(stats: Stats) -> list[dict[str, Any]]:
+    """``{name, size, latency}`` per listed queue."""
+    return [{"name": name, "size": size, "latency": stats.latencies[name]}
+            for name, size in stats.queues.items()]
 
 
 def _queue_table(rows: list[dict[str, Any]]) -> str:
@@ -135,11 +135,12 @@ def signal_processes(action: str) -> Command:
         if bool(args.identities) == bool(args.all):
             return failed(EXIT_USAGE, f"{action}: name one or more IDENTITY, or --all")
         processes = ProcessSet(client)
-        targets = processes.live() if args.all else []
+        live = processes.live()
+        targets = list(live) if args.all else []
         missing, refused, errors = [], [], []
         for wanted in args.identities:
             try:
-                targets.append(processes.find(wanted))
+                targets.append(processes.find(wanted, live))
             except NotFoundError as exc:
                 missing.append(wanted)
                 errors.append(str(exc))
@@ -169,7 +170,7 @@ def queues(client: redis.Redis, args: argparse.Namespace) -> Outcome:
     if args.action == "list":
         if args.name:
             return failed(EXIT_USAGE, "queues list takes no NAME (use: forkq queues jobs NAME)")
-        rows = _queue_rows(client, Stats.read(client).queues, time.time())
+        rows = _queue_rows(Stats.read(client))
         return Outcome({"queues": rows}, _queue_table(rows))
     if not args.name:
         return failed(EXIT_USAGE, f"queues {args.action} needs a queue NAME")

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import redis
+
+T = TypeVar("T")
 
 
 class Outage:
@@ -39,3 +45,15 @@ class Outage:
         self._log.warning("Redis is online, %.1f sec downtime", time.monotonic() - self.since)
         self.since = None
         return True
+
+    def guard(self, step: Callable[[], T], on_recovery: Callable[[], None]) -> T | None:
+        """Run ``step``; None on a Redis error (reported to :meth:`failed`). When it ends an
+        outage, ``on_recovery`` runs first (each caller's own reaction)."""
+        try:
+            result = step()
+        except redis.RedisError as exc:
+            self.failed(exc)
+            return None
+        if self.succeeded():
+            on_recovery()
+        return result

@@ -191,12 +191,13 @@ class ProcessSet:
             self.redis.srem(keys.PROCESSES, *gone)
         return found
 
-    def find(self, wanted: str) -> Process:
+    def find(self, wanted: str, processes: list[Process] | None = None) -> Process:
         """The process named by its identity, or by its first parts (``host:pid``, ``host``) when
         they name only one.
 
+        Looks among ``processes`` when given (one read for many names), else the live ones.
         Raises :class:`~forkq.errors.NotFoundError` naming the known identities otherwise."""
-        processes = self.live()
+        processes = self.live() if processes is None else processes
         exact = [p for p in processes if p.identity == wanted]
         matches = exact or [p for p in processes if wanted and p.identity.startswith(wanted + ":")]
         if len(matches) == 1:
@@ -229,16 +230,23 @@ class ProcessSet:
         """The identity in ``dear-leader`` (forkq's scheduler leader), or ""."""
         return text(self.redis.get(keys.DEAR_LEADER) or b"")
 
-    def work(self) -> list[Work]:
-        """Every busy processor of every live process, oldest job first; both busy hashes
-        are read (6.4.1 writes ``:workers``, 6.4.2+ ``:work``; forkq writes both)."""
+    def work(self, processes: list[Process] | None = None) -> list[Work]:
+        """Every busy processor of ``processes`` (default: the live ones), oldest job first, in
+        one round trip; both busy hashes are read (6.4.1 writes ``:workers``, 6.4.2+ ``:work``;
+        forkq writes both)."""
+        identities = [p.identity for p in (self.live() if processes is None else processes)]
+        owners = [identity for identity in identities for _ in keys.workers(identity)]
+        with self.redis.pipeline(transaction=False) as pipe:
+            for identity in identities:
+                for key in keys.workers(identity):
+                    pipe.hgetall(key)
+            hashes = pipe.execute()
         found: dict[tuple[str, str], Work] = {}
-        for process in self.live():
-            for key in keys.workers(process.identity):
-                for thread, value in self.redis.hgetall(key).items():
-                    entry = _work(process.identity, text(thread), raw(value))
-                    if entry is not None:
-                        found.setdefault((entry.identity, entry.thread), entry)
+        for identity, busy in zip(owners, hashes, strict=True):
+            for thread, value in busy.items():
+                entry = _work(identity, text(thread), raw(value))
+                if entry is not None:
+                    found.setdefault((identity, entry.thread), entry)
         return sorted(found.values(), key=lambda w: w.run_at)
 
 

@@ -226,15 +226,11 @@ class Scheduler:
     # -- plumbing ----------------------------------------------------------------------------
 
     def _guarded(self, step: Callable[[], float]) -> float | None:
-        """Run a turn; on a Redis error log the outage once and wait a little."""
-        try:
-            wait = step()
-        except redis.RedisError as exc:
-            self._outage.failed(exc)
-            return None
-        if self._outage.succeeded():
-            self._connected_since = time.monotonic()
-        return wait
+        """Run a turn; None on a Redis error (the outage is logged once)."""
+        return self._outage.guard(step, self._reconnected)
+
+    def _reconnected(self) -> None:
+        self._connected_since = time.monotonic()
 
     def _title(self, state: str) -> None:
         tag = f" {self.config.tag}" if self.config.tag else ""

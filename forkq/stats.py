@@ -2,7 +2,7 @@
 
 One pipelined read: ``stat:processed`` / ``stat:failed`` (failures count as
 processed too, as in Sidekiq), the sizes of ``schedule``, ``retry``, ``dead`` and
-``processes``, every listed queue's length (``enqueued``), the processes' ``busy``
+``processes``, every listed queue's length (``enqueued``) and latency, the processes' ``busy``
 (``workers_size``) and the default queue's latency. :func:`history` reads the daily
 counters ``stat:<x>:YYYY-MM-DD`` (UTC).
 """
@@ -34,6 +34,7 @@ class Stats:
     workers_size: int
     default_queue_latency: float
     queues: dict[str, int]
+    latencies: dict[str, float]
 
     @classmethod
     def read(cls, client: redis.Redis, now: float | None = None) -> Stats:
@@ -49,23 +50,30 @@ class Stats:
             pipe.lindex(keys.queue("default"), -1)
             for queue in queues:
                 pipe.llen(keys.queue(queue))
+                pipe.lindex(keys.queue(queue), -1)
             for identity in identities:
                 pipe.hget(identity, "busy")
             processed, failed, scheduled, retries, dead, listed, oldest, *rest = pipe.execute()
-        lengths = dict(zip(queues, (int(n) for n in rest[:len(queues)]), strict=True))
-        busy = rest[len(queues):]
-        latency = JobRecord(oldest).latency(time.time() if now is None else now) if oldest else 0.0
+        now = time.time() if now is None else now
+        per_queue, busy = rest[:2 * len(queues)], rest[2 * len(queues):]
+        lengths = dict(zip(queues, (int(n) for n in per_queue[0::2]), strict=True))
+        latencies = dict(zip(queues, (_latency(job, now) for job in per_queue[1::2]), strict=True))
         return cls(
             processed=int(processed or 0), failed=int(failed or 0), scheduled_size=int(scheduled),
             retry_size=int(retries), dead_size=int(dead),
             processes_size=int(listed),
             enqueued=sum(lengths.values()),
             workers_size=sum(int(b) for b in busy if b is not None and text(b).isdigit()),
-            default_queue_latency=latency, queues=lengths,
+            default_queue_latency=_latency(oldest, now), queues=lengths, latencies=latencies,
         )
 
     def summary(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _latency(oldest: bytes | None, now: float) -> float:
+    """Seconds the oldest job of a queue (its right end) has waited; 0 for an empty queue."""
+    return JobRecord(oldest).latency(now) if oldest else 0.0
 
 
 def history(client: redis.Redis, days: int = 7, now: float | None = None

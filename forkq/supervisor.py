@@ -38,7 +38,6 @@ from collections.abc import Callable
 from typing import Final, TypeVar
 
 import psutil
-import redis
 from setproctitle import setproctitle
 
 from forkq import __version__, heartbeat, lease, logs, periodic, pidfile, reload
@@ -330,16 +329,13 @@ class Supervisor:
 
     def _guarded(self, step: Callable[[], T]) -> T | None:
         """Run a Redis step; None on a Redis error (logged once per outage)."""
-        try:
-            result = step()
-        except redis.RedisError as exc:
-            self._outage.failed(exc)
-            return None
-        if self._outage.succeeded():
-            now = time.monotonic()
-            self.pool.trust_again(now)
-            self.scheduler.trust_again(now)
-        return result
+        return self._outage.guard(step, self._trust_again)
+
+    def _trust_again(self) -> None:
+        """Redis is back: the children's beats could not be written meanwhile."""
+        now = time.monotonic()
+        self.pool.trust_again(now)
+        self.scheduler.trust_again(now)
 
     def _process_info(self) -> str:
         return heartbeat.process_info(self.config, self.identity, os.getpid(), self._started_at,

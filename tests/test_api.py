@@ -303,6 +303,7 @@ def test_stats_and_history(r: redis.Redis) -> None:
     assert (stats.processed, stats.failed, stats.enqueued, stats.scheduled_size,
             stats.retry_size, stats.dead_size) == (12, 3, 2, 1, 1, 2)
     assert stats.queues == {"default": 1, "other": 1} and stats.default_queue_latency < 60
+    assert stats.latencies.keys() == {"default", "other"} and 0 < stats.latencies["other"] < 60
     days = api.history(r, 3)
     assert days[0]["date"] == today and days[0]["processed"] == 5
     assert len(days) == 3 and days[1]["processed"] == 0
