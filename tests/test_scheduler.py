@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 import redis
 
 import forkq
@@ -187,6 +188,7 @@ def test_a_sigkilled_daemons_running_jobs_run_again_on_another(
 # -- d: periodic ticks, once each, across two leader kills --------------------------------------
 
 
+@pytest.mark.timeout(420)  # up to 60 s to the first tick, 4 more minutes, then the checks
 def test_a_periodic_job_is_enqueued_once_per_tick_across_leader_kills(
         r: redis.Redis, daemon: Start) -> None:
     config = CLUSTER + "periodic:\n  - name: every-minute\n    cron: '* * * * *'\n" \
