@@ -31,18 +31,16 @@ SETS = (keys.SCHEDULE, keys.RETRY)
 
 
 def rewrite(member: bytes, now: float) -> tuple[str | bytes, str]:
-    """The job to push for a due ``member``, and its queue name."""
+    """The job to push for a due ``member``, and its queue name. What :func:`wirejson.loads`
+    accepts, :func:`wirejson.dumps` writes back; anything else goes unchanged to ``default``."""
     try:
         job = wirejson.loads(member)
     except ValueError:
-        job = None
+        return member, "default"
     if not isinstance(job, dict) or not isinstance(job.get("queue"), str) or not job["queue"]:
         return member, "default"
     job["enqueued_at"] = now
-    try:
-        return wirejson.dumps(job), job["queue"]
-    except (TypeError, ValueError):
-        return member, job["queue"]
+    return wirejson.dumps(job), job["queue"]
 
 
 def move_due(client: redis.Redis, token: str, now: float, *, batches: int = 50) -> int:

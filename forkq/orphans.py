@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 import redis
 
@@ -31,10 +34,13 @@ from forkq import payload as payloads
 from forkq.connection import raw, text
 from forkq.errors import JobError, JobKilledError
 from forkq.lease import LeaseLostError
+from forkq.refusal import Recurring
+from forkq.refusal import describe as describe_error
 from forkq.scripts import source
 from forkq.settle import KILL_LIMIT
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -47,28 +53,52 @@ class Recovered:
     job: bytes
 
 
+REFUSALS = Recurring(log)
+"""Refusals (a key of the wrong type) reported at most once a minute per key."""
+
+
 def sweep(client: redis.Redis, token: str, *, now: float) -> list[Recovered]:
     """Recover the in-flight jobs of every dead process and forget it; what was recovered.
 
-    Raises :class:`~forkq.lease.LeaseLostError` when ``token`` no longer holds the lease.
+    One bad item never stops the sweep: a list or record whose script Redis refuses (a
+    key of the wrong type) is reported, naming the key, and left as it is; the sweep goes
+    on with the others. Raises :class:`~forkq.lease.LeaseLostError` when ``token`` no
+    longer holds the lease, and a Redis error when Redis does not answer.
     """
     lists = _inflight_by_owner(client)
-    known = {text(member) for member in client.smembers(keys.PROCESSES)}
-    candidates = sorted(set(lists) | known)
+    candidates = sorted(set(lists) | _members(client, keys.PROCESSES))
     recovered: list[Recovered] = []
     for identity in _dead(client, candidates):
         for key in lists.get(identity, []):
-            found = _recover(client, token, identity=identity, key=key, now=now)
+            found = _refused_is_none(key, partial(_recover, client, token, identity=identity,
+                                                  key=key, now=now))
             if found is not None:
                 recovered.append(found)
-        _forget(client, token, identity)
+        _refused_is_none(identity, partial(_forget, client, token, identity))
     return recovered
+
+
+def _refused_is_none(subject: str, step: Callable[[], T]) -> T | None:
+    """Run one item's step; a refusal is reported (once a minute per subject) and gives None."""
+    try:
+        result = step()
+    except redis.ResponseError as exc:
+        REFUSALS.report(subject, "orphan sweep: %s left as it is: %s", subject,
+                        describe_error(exc))
+        return None
+    REFUSALS.clear(subject)
+    return result
+
+
+def _members(client: redis.Redis, key: str) -> set[str]:
+    """The members of the set ``key``; none (reported) when it holds another type."""
+    found = _refused_is_none(key, partial(client.smembers, key))
+    return {text(member) for member in found or ()}
 
 
 def _inflight_by_owner(client: redis.Redis) -> dict[str, list[str]]:
     lists: dict[str, list[str]] = defaultdict(list)
-    for member in client.smembers(keys.INFLIGHT_REGISTRY):
-        key = text(member)
+    for key in _members(client, keys.INFLIGHT_REGISTRY):
         owner = keys.inflight_owner(key)
         if owner is not None:
             lists[owner].append(key)
@@ -116,9 +146,7 @@ def _decide(job: bytes, now: float) -> tuple[str, str, str]:
         payload = payloads.decode(job)
     except JobError:
         return "requeue", "", ""  # the processor that fetches it buries it with the reason
-    jid = str(payload.get("jid", ""))
-    if not jid:
-        return "requeue", "", ""
+    jid = payloads.kill_key_id(payload, job)
     message = (f"its processor died {KILL_LIMIT} times while running it (last: its process "
                "stopped heartbeating and the job was recovered)")  # used only at the limit
     retry.record_error(payload, retry.error_class_name(JobKilledError()), message, now)

@@ -5,10 +5,27 @@ A payload is a JSON object with at least ``class`` (str), ``args`` (list),
 pushes add ``enqueued_at``. Timestamps are float epoch seconds in plain decimal.
 Unknown keys are kept verbatim through every rewrite. Sidekiq 8 writes integer
 milliseconds; :func:`epoch_seconds` reads both.
+
+One boundary decides what a job is: :func:`decode` turns any bytes into a payload
+that :func:`encode` can write back, or raises :class:`MalformedJobError`, never
+anything else. A job that cannot run is buried as :func:`unrunnable` makes it,
+keeping its raw bytes.
+
+Optional fields, one rule: **a field of the wrong type counts as absent** and its
+default applies; the accessors below are the only readers. ``retry``: ``true``, an
+integer (retries allowed; negative = 0) or ``false``/``null`` (drop on failure),
+anything else = the default (``max_retries``); ``retry_count``: an integer >= 0, else
+a first failure; ``retry_for``: a number of seconds; ``queue`` and ``retry_queue``:
+a non-empty string; ``backtrace``: ``true`` (every line) or an integer N (the first N),
+else none; ``dead``: only ``false`` keeps a job out of the dead set; ``timeout``: a
+positive number of seconds; ``jid``: a string; timestamps (``created_at``,
+``enqueued_at``, ``failed_at``, ``at``): numbers, see :func:`epoch_seconds`.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import secrets
 from typing import Any
 
@@ -51,15 +68,16 @@ def encode(payload: Payload) -> str:
 
 
 def decode(raw: str | bytes) -> Payload:
-    """JSON text → payload, checking the shape a processor needs.
+    """Any bytes → a payload that :func:`encode` can write back, or :class:`MalformedJobError`.
 
-    Raises :class:`MalformedJobError` unless the text is a JSON object with a
-    string ``class`` and a list ``args``.
+    The text must be strict UTF-8 JSON that Ruby's generator could have written (see
+    :mod:`forkq.wirejson`: no NaN/Infinity, lone surrogates or nesting beyond 100),
+    holding an object with a string ``class`` and a list ``args``.
     """
     try:
         payload = wirejson.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise MalformedJobError(f"payload is not valid JSON: {exc}") from None
+    except ValueError as exc:
+        raise MalformedJobError(f"payload is not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(payload, dict):
         raise MalformedJobError(
             f"payload must be a JSON object, got a JSON {_json_type(payload)}"
@@ -75,11 +93,59 @@ def decode(raw: str | bytes) -> Payload:
     return payload
 
 
+def text_field(payload: Payload, name: str) -> str | None:
+    """A field that must be a non-empty string (``queue``, ``retry_queue``); None otherwise."""
+    value = payload.get(name)
+    return value if isinstance(value, str) and value else None
+
+
+def int_field(payload: Payload, name: str) -> int | None:
+    """A field that must be an integer >= 0 (``retry_count``); None otherwise (bool is no int)."""
+    value = payload.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def number_field(payload: Payload, name: str) -> float | None:
+    """A field that must be a finite number (``retry_for``, ``timeout``); None otherwise."""
+    value = payload.get(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond float range
+        return None
+
+
+def jid(payload: Payload) -> str:
+    """The job id, or "" when the payload has no string ``jid``."""
+    value = payload.get("jid")
+    return value if isinstance(value, str) else ""
+
+
+def backtrace_limit(payload: Payload) -> int | None:
+    """How many backtrace lines to keep: ``backtrace: true`` = all (-1), an integer N = N
+    (at least 0); None (no backtrace) for anything else."""
+    value = payload.get("backtrace")
+    if value is True:
+        return -1
+    if isinstance(value, int) and not isinstance(value, bool):
+        return max(value, 0)
+    return None
+
+
+def kill_key_id(payload: Payload, raw: bytes) -> str:
+    """What a job's deaths are counted under: its jid, else a digest of its bytes."""
+    return jid(payload) or "sha1:" + hashlib.sha1(raw).hexdigest()
+
+
 def epoch_seconds(value: Any) -> float | None:
     """A timestamp field as float seconds: floats are seconds, integers milliseconds (Sidekiq 8)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return value / 1000.0 if isinstance(value, int) else float(value)
+    try:
+        return value / 1000.0 if isinstance(value, int) else float(value)
+    except OverflowError:  # an integer beyond float range
+        return None
 
 
 def _json_type(value: Any) -> str:
@@ -88,20 +154,22 @@ def _json_type(value: Any) -> str:
 
 
 def unrunnable(raw: bytes, queue: str, now: float) -> Payload:
-    """The payload to bury for a job that cannot run: the original object when the
-    raw text is a JSON object, else a stand-in keeping the raw text under ``raw``."""
+    """The payload to bury for a job that cannot run.
+
+    The original object when the bytes are a JSON object forkq can write back (a wrong
+    shape, an unknown class), else a stand-in of class ``forkq.Unrunnable`` keeping the
+    bytes exactly: as text under ``raw`` when they are UTF-8, else base64 under
+    ``raw_base64``. Either way :func:`encode` can write the result."""
     try:
         decoded = wirejson.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except ValueError:
         decoded = None
     if isinstance(decoded, dict):
         return decoded
-    return {
-        "retry": False,
-        "queue": queue,
-        "class": "forkq.Unrunnable",
-        "args": [],
-        "jid": new_jid(),
-        "created_at": now,
-        "raw": raw.decode("utf-8", "replace"),
-    }
+    stand_in: Payload = {"retry": False, "queue": queue, "class": "forkq.Unrunnable",
+                         "args": [], "jid": new_jid(), "created_at": now}
+    try:
+        stand_in["raw"] = raw.decode("utf-8")  # strict: what decodes, encodes
+    except UnicodeDecodeError:
+        stand_in["raw_base64"] = base64.b64encode(raw).decode("ascii")
+    return stand_in

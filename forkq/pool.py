@@ -45,6 +45,8 @@ from forkq.config import Config
 from forkq.errors import EXIT_CHILD_BOOT, EXIT_SOFTWARE
 from forkq.heartbeat import ChildBeat, busy_entry
 from forkq.processor import FORK_BLOCKED, STOP_SIGNAL, Processor, ServerChain
+from forkq.refusal import Recurring
+from forkq.refusal import describe as describe_error
 from forkq.registry import Registry
 from forkq.settle import Gone, settle
 
@@ -101,6 +103,7 @@ class Pool:
         self._boot_failures: dict[int, int] = {}
         self._rng = random.Random()
         self._master_pid = os.getpid()
+        self._unsettled = Recurring(log)
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -362,8 +365,11 @@ class Pool:
             settled = settle(self._redis, gone, registry=self.registry,
                              max_retries=self.config.max_retries, rng=self._rng, now=time.time())
         except redis.RedisError as exc:
-            log.error("cannot settle the job of %s yet: %s", gone.inflight_key, exc)
+            self._unsettled.report(gone.inflight_key, "cannot settle the job of %s yet: %s; "
+                                   "processor-%d waits", gone.inflight_key, describe_error(exc),
+                                   slot)
             return False
+        self._unsettled.clear(gone.inflight_key, "settled the job of %s", gone.inflight_key)
         del self._pending[slot]
         if settled is not None:
             detail = f" ({settled.detail})" if settled.detail else ""

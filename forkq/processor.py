@@ -199,7 +199,7 @@ class Processor:
         except JobError as exc:
             self._bury(fetched, exc, now)
             return
-        context = JobContext(payload["class"], str(payload.get("jid")), fetched.queue, payload,
+        context = JobContext(payload["class"], payloads.jid(payload), fetched.queue, payload,
                              payload["args"])
         self._title(f"busy {context.name} jid={context.jid}")
         log.info("%s jid=%s start", context.name, context.jid)
@@ -210,13 +210,10 @@ class Processor:
         try:
             self.middleware.run(context, lambda: spec.call(payload))
         except BaseException as exc:  # noqa: BLE001 - the one boundary where any job failure lands
-            self._failed_job = fetched.raw
-            self._failure = retry.plan(payload, exc, max_retries=self.config.max_retries,
-                                       rng=self._rng, now=time.time(),
-                                       retry_in=spec.options.retry_in)
+            failure = self._fail(fetched, exc, spec.options.retry_in)
             log.warning("%s jid=%s fail: %.3f sec: %s: %s -> %s", context.name, context.jid,
-                        time.monotonic() - started, retry.error_class_name(exc), exc,
-                        self._failure.mode)
+                        time.monotonic() - started, retry.error_class_name(exc),
+                        retry.error_message(exc), failure.mode)
         else:
             self._ack_pending = fetched.raw
             log.info("%s jid=%s done: %.3f sec", context.name, context.jid,
@@ -225,6 +222,15 @@ class Processor:
         self._title("idle")
         self._jobs_done += 1
         self._check_recycle()
+
+    def _fail(self, fetched: Fetched, exc: BaseException, retry_in: Any) -> retry.Failure:
+        """Plan where the failed job goes, from a clean copy of its bytes (as Sidekiq: the job
+        may have put anything into its payload object); filed at the next settle."""
+        self._failed_job = fetched.raw
+        self._failure = retry.plan(payloads.decode(fetched.raw), exc,
+                                   max_retries=self.config.max_retries, rng=self._rng,
+                                   now=time.time(), retry_in=retry_in)
+        return self._failure
 
     def _check_recycle(self) -> None:
         """Between jobs: stop after ``max_jobs`` jobs or above ``max_memory_mb``."""
@@ -243,10 +249,8 @@ class Processor:
             self.stopping = True
 
     def _bury(self, fetched: Fetched, exc: JobError, now: float) -> None:
-        payload = payloads.unrunnable(fetched.raw, fetched.queue, now)
-        retry.record_error(payload, f"forkq.{type(exc).__name__}", str(exc), now)
         self._failed_job = fetched.raw
-        self._failure = retry.bury(payload, now)
+        self._failure = retry.unrunnable(fetched.raw, fetched.queue, exc, now)
         log.error("queue %s: %s; moved to the dead set", fetched.queue, exc)
 
     def _check_signals(self) -> None:
@@ -296,7 +300,5 @@ def ignore_signal(signum: int, frame: FrameType | None) -> None:
 
 def _timeout_of(payload: payloads.Payload) -> float:
     """The job's own ``timeout`` option in seconds (0 = use ``job_timeout``)."""
-    value = payload.get("timeout")
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        return 0.0
-    return float(value)
+    value = payloads.number_field(payload, "timeout")
+    return value if value is not None and value > 0 else 0.0

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import math
 import random
 import time
 import traceback
@@ -34,6 +35,7 @@ from forkq.scripts import source
 log = logging.getLogger(__name__)
 
 MESSAGE_LIMIT = 10_000
+MAX_DELAY = 10 * 365 * 24 * 3600.0  # a retry is never scheduled more than 10 years ahead
 
 
 @dataclass(frozen=True)
@@ -98,13 +100,18 @@ def compress_backtrace(lines: list[str]) -> str:
 
 
 def record_error(payload: payloads.Payload, error_class: str, message: str, now: float) -> int:
-    """Add Sidekiq's error fields to ``payload``; returns the new ``retry_count``."""
-    payload["queue"] = payload.get("retry_queue") or payload.get("queue") or "default"
+    """Add Sidekiq's error fields to ``payload``; returns the new ``retry_count``.
+
+    Fields of the wrong type count as absent (:mod:`forkq.payload`): a ``queue`` that is
+    no string becomes "default", a ``retry_count`` that is no integer >= 0 starts over."""
+    payload["queue"] = (payloads.text_field(payload, "retry_queue")
+                        or payloads.text_field(payload, "queue") or "default")
     payload["error_message"] = message[:MESSAGE_LIMIT]  # as error_message() made it
     payload["error_class"] = error_class
-    if isinstance(payload.get("retry_count"), int):
+    count = payloads.int_field(payload, "retry_count")
+    if count is not None:
         payload["retried_at"] = now
-        payload["retry_count"] += 1
+        payload["retry_count"] = count + 1
     else:
         payload["failed_at"] = now
         payload["retry_count"] = 0
@@ -123,24 +130,32 @@ def plan(
     """Decide where a job that raised ``exc`` goes and rewrite its payload accordingly."""
     allowed = allowed_retries(payload.get("retry", True), max_retries)
     count = record_error(payload, error_class_name(exc), error_message(exc), now)
-    limit = payload.get("backtrace")
-    if limit:
+    limit = payloads.backtrace_limit(payload)
+    if limit is not None:
         lines = backtrace_lines(exc)
-        payload["error_backtrace"] = compress_backtrace(lines if limit is True else lines[:limit])
+        payload["error_backtrace"] = compress_backtrace(lines if limit < 0 else lines[:limit])
     if allowed is None:
         return Failure("drop", payloads.encode(payload), now)
     if count < allowed and not _window_closed(payload, now):
         base = _base_delay(retry_in, count, exc)
-        return Failure("retry", payloads.encode(payload), now + backoff(count, rng, base))
+        return Failure("retry", payloads.encode(payload), _due(now, count, rng, base))
     return bury(payload, now)
+
+
+def _due(now: float, count: int, rng: random.Random, base: float | None) -> float:
+    """When retry ``count`` is due: ``now`` + :func:`backoff`, capped at :data:`MAX_DELAY`
+    (a huge ``retry_count`` or ``retry_in`` must still give a finite, writable score)."""
+    if count > MAX_DELAY or (base is not None and base > MAX_DELAY):
+        return now + MAX_DELAY
+    return now + min(backoff(count, rng, base), MAX_DELAY)
 
 
 def _window_closed(payload: payloads.Payload, now: float) -> bool:
     """Sidekiq 7.1.3+'s ``retry_for`` (seconds): no retry once ``failed_at + retry_for`` has
     passed, whatever the count allows. ``failed_at`` may be float seconds or 8.x milliseconds."""
-    window = payload.get("retry_for")
+    window = payloads.number_field(payload, "retry_for")
     failed_at = payloads.epoch_seconds(payload.get("failed_at"))
-    if isinstance(window, bool) or not isinstance(window, int | float) or failed_at is None:
+    if window is None or failed_at is None:
         return False
     return failed_at + window < now
 
@@ -156,7 +171,19 @@ def _base_delay(retry_in: Any, count: int, exc: BaseException) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        delay = float(value)
+    except OverflowError:  # an int beyond float range
+        return None
+    return delay if math.isfinite(delay) else None
+
+
+def unrunnable(raw: bytes, queue: str, exc: BaseException, now: float) -> Failure:
+    """The dead-set filing of a job that cannot run (malformed, unknown class): the payload
+    of :func:`forkq.payload.unrunnable` (raw bytes kept) with ``forkq.<Error>`` and the reason."""
+    payload = payloads.unrunnable(raw, queue, now)
+    record_error(payload, f"forkq.{type(exc).__name__}", error_message(exc), now)
+    return bury(payload, now)
 
 
 def bury(payload: payloads.Payload, now: float) -> Failure:

@@ -29,7 +29,9 @@ import redis
 
 from forkq import fetch, keys, retry
 from forkq import payload as payloads
-from forkq.errors import JobError, JobKilledError, JobTimeoutError
+from forkq.connection import raw as raw_of
+from forkq.connection import text
+from forkq.errors import JobKilledError, JobTimeoutError, MalformedJobError
 from forkq.registry import Registry
 
 KILL_LIMIT = 3
@@ -64,19 +66,23 @@ def settle(
     rng: random.Random,
     now: float,
 ) -> Settled | None:
-    """Settle the job held in ``gone.inflight_key``; None when it held none."""
+    """Settle the job held in ``gone.inflight_key``; None when it held none.
+
+    A held job that is no job (:class:`MalformedJobError`) goes to the dead set with its
+    bytes kept, whatever the cause, as a processor buries it."""
     held = client.lrange(gone.inflight_key, 0, 1)
     if len(held) < 2:
         fetch.requeue(client, gone.inflight_key, unregister=True)
         return None
-    raw = held[1] if isinstance(held[1], bytes) else str(held[1]).encode()
+    raw = raw_of(held[1])
     try:
         payload = payloads.decode(raw)
-    except JobError:
-        payload = None  # the next processor to fetch it buries it
-    if payload is None or gone.cause == "exit":
+    except MalformedJobError as exc:
+        queue = keys.queue_name(text(held[0]))
+        return _file(client, gone, retry.unrunnable(raw, queue, exc, now), raw, str(exc))
+    if gone.cause == "exit":
         return _requeue(client, gone, raw)
-    if gone.cause == "timeout" and payload.get("jid") == gone.timeout_jid:
+    if gone.cause == "timeout" and payloads.jid(payload) == gone.timeout_jid:
         error = JobTimeoutError(f"the job ran longer than its timeout of {gone.timeout:g}s; "
                                 "its processor was killed")
         spec = registry.find(payload["class"])
@@ -84,7 +90,7 @@ def settle(
                              retry_in=spec.options.retry_in if spec else None)
         return _file(client, gone, failure, raw, str(error))
     if gone.cause == "crash":
-        kills = _count_kill(client, str(payload.get("jid")))
+        kills = _count_kill(client, payloads.kill_key_id(payload, raw))
         if kills >= KILL_LIMIT:
             message = (f"its processor died {kills} times while running it "
                        f"(last: {gone.how})")

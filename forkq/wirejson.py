@@ -14,29 +14,109 @@ with 17 digits, else ``D.DDDe+XX``; always one fractional digit).
 
 Only JSON-native values are accepted (dict with str keys, list, tuple, str, int,
 float, bool, None): anything else raises :class:`TypeError` naming its path, as
-Sidekiq 7's ``on_complex_arguments: :raise`` does. Decoding is plain
-:func:`json.loads`: Sidekiq always parses, so any valid JSON is readable.
+Sidekiq 7's ``on_complex_arguments: :raise`` does.
+
+One contract both ways: :func:`loads` accepts exactly the text whose value :func:`dumps`
+can write back, so whatever forkq decodes it can re-encode (into a retry or dead entry,
+a queue). It raises :class:`ValueError` (and nothing else) for text that is not strict
+UTF-8, not JSON, or JSON that Ruby's generator refuses: ``NaN``/``Infinity`` (or a
+number so large it overflows to infinity), a lone UTF-16 surrogate (``"\\ud800"``),
+or nesting deeper than :data:`MAX_NESTING` (Ruby's ``JSON`` default: 100 levels, so
+Sidekiq itself cannot parse such a job either). :func:`dumps` raises ValueError for
+the same nesting and non-finite floats.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 _encode_str = json.encoder.encode_basestring  # the C version when available: no ASCII escaping
+
+MAX_NESTING = 100
+"""Arrays and objects nested deeper than this are refused both ways (Ruby's default)."""
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def dumps(value: Any) -> str:
     """Return ``value`` as Ruby's ``JSON.generate`` would write it."""
     parts: list[str] = []
-    _encode(value, parts, "$")
+    _encode(value, parts, "$", 1)
     return "".join(parts)
 
 
 def loads(text: str | bytes) -> Any:
-    """Parse JSON text (any valid JSON; UTF-8 when given bytes)."""
-    return json.loads(text)
+    """Parse JSON text that :func:`dumps` could write back; ValueError for anything else.
+
+    Bytes must be strict UTF-8. The checks cost one scan for ``\\ud8..`` escapes and a
+    bracket count, plus a walk of the value only when the text could break a rule.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")  # UnicodeDecodeError is a ValueError
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError(f"nesting deeper than {MAX_NESTING} levels") from None
+    if text.count("[") + text.count("{") > MAX_NESTING:
+        _check_depth(value)
+    if _SURROGATE_ESCAPE.search(text):
+        _check_surrogates(value)
+    return value
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed in JSON")
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise ValueError(f"number {literal[:40]} is out of range")
+    return value
+
+
+def _containers(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [item for item in value.values() if isinstance(item, (dict, list))]
+    if isinstance(value, list):
+        return [item for item in value if isinstance(item, (dict, list))]
+    return []
+
+
+def _check_depth(value: Any) -> None:
+    """ValueError when arrays and objects nest deeper than MAX_NESTING (no recursion)."""
+    level = [value] if isinstance(value, (dict, list)) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > MAX_NESTING:
+            raise ValueError(f"nesting deeper than {MAX_NESTING} levels")
+        level = [child for parent in level for child in _containers(parent)]
+
+
+def _strings(value: Any) -> list[str]:
+    stack, found = [value], []
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, dict):
+            found.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+def _check_surrogates(value: Any) -> None:
+    """ValueError when a decoded string (or key) holds a lone surrogate."""
+    for string in _strings(value):
+        if _SURROGATE.search(string):
+            raise ValueError("string holds a lone UTF-16 surrogate (not valid Unicode)")
 
 
 def ruby_float(value: float) -> str:
@@ -70,7 +150,7 @@ def _shortest_digits(value: float) -> tuple[str, int]:
     return raw.rstrip("0") or "0", decpt
 
 
-def _encode(value: Any, out: list[str], path: str) -> None:
+def _encode(value: Any, out: list[str], path: str, depth: int) -> None:
     if isinstance(value, str):
         if not value.isascii():
             _check_utf8(value, path)
@@ -85,10 +165,13 @@ def _encode(value: Any, out: list[str], path: str) -> None:
         out.append(int.__repr__(value))
     elif isinstance(value, float):
         out.append(ruby_float(value))
-    elif isinstance(value, dict):
-        _encode_object(value, out, path)
-    elif isinstance(value, (list, tuple)):
-        _encode_array(value, out, path)
+    elif isinstance(value, (dict, list, tuple)):
+        if depth > MAX_NESTING:
+            raise ValueError(f"{path}: nesting deeper than {MAX_NESTING} levels")
+        if isinstance(value, dict):
+            _encode_object(value, out, path, depth)
+        else:
+            _encode_array(value, out, path, depth)
     else:
         raise TypeError(
             f"{path}: {type(value).__name__} is not JSON-native; "
@@ -103,7 +186,7 @@ def _check_utf8(value: str, path: str) -> None:
         raise TypeError(f"{path}: string is not valid UTF-8 ({exc.reason})") from None
 
 
-def _encode_object(value: dict[Any, Any], out: list[str], path: str) -> None:
+def _encode_object(value: dict[Any, Any], out: list[str], path: str, depth: int) -> None:
     out.append("{")
     first = True
     for key, item in value.items():
@@ -114,14 +197,16 @@ def _encode_object(value: dict[Any, Any], out: list[str], path: str) -> None:
         first = False
         out.append(_encode_str(key))
         out.append(":")
-        _encode(item, out, f"{path}.{key}")
+        _encode(item, out, f"{path}.{key}", depth + 1)
     out.append("}")
 
 
-def _encode_array(value: list[Any] | tuple[Any, ...], out: list[str], path: str) -> None:
+def _encode_array(
+    value: list[Any] | tuple[Any, ...], out: list[str], path: str, depth: int
+) -> None:
     out.append("[")
     for index, item in enumerate(value):
         if index:
             out.append(",")
-        _encode(item, out, f"{path}[{index}]")
+        _encode(item, out, f"{path}[{index}]", depth + 1)
     out.append("]")
