@@ -192,6 +192,8 @@ def _encode_object(value: dict[Any, Any], out: list[str], path: str, depth: int)
     for key, item in value.items():
         if not isinstance(key, str):
             raise TypeError(f"{path}: object keys must be str, got {type(key).__name__}")
+        if not key.isascii():
+            _check_utf8(key, f"{path} key")
         if not first:
             out.append(",")
         first = False

@@ -187,3 +187,63 @@ def test_optional_fields_of_the_wrong_type_never_crash_a_processor(r: redis.Redi
                for job in filed), filed
     assert {child.pid for child in d.children()} == children, "no processor died"
     assert not r.keys("forkq:kills:*")
+
+
+def _storm(count: int) -> list[bytes]:
+    """``count`` distinct hostile payloads, each unrunnable: not JSON, not writable back, not
+    an object, the wrong shape, or a class nobody registered."""
+    shapes = [
+        '{{"class":"Record","args":[NaN],"n":{n}}}',
+        '{{"class":"Record","args":[{n},Infinity]}}',
+        '{{"class":"Record","args":["\\ud800",{n}]}}',
+        '{{"class":"Record","args":' + "[" * 150 + "{n}" + "]" * 150 + "}}",
+        '{{"class":"os.system","args":["echo {n}"]}}',
+        '{{"class":"builtins.eval","args":["{n}"]}}',
+        '{{"class":{n},"args":[]}}',
+        '{{"class":"Record","args":{{"n":{n}}}}}',
+        '[{n}]',
+        '{{"class":"Record","args":[{n}]',
+    ]
+    storm = [shapes[n % len(shapes)].format(n=n).encode() for n in range(count - 10)]
+    return storm + [bytes([0xFF, n, 0xFE]) + b"{" for n in range(10)]
+
+
+def test_a_storm_of_hostile_payloads_and_a_killed_daemon(r: redis.Redis, daemon: Any) -> None:
+    """Hundreds of hostile payloads in a queue, ``schedule`` and ``retry`` among good jobs, and
+    a second daemon SIGKILLed with jobs in flight: every good job runs once, every hostile one
+    is in ``dead`` with its bytes, no forkq process dies, the killed daemon's jobs come back."""
+    killed = daemon(CONFIG + "queues: [b-only]\n", new_session=True)
+    killed.wait_children(2)
+    held = [push(r, "Sleep", 120, f"held-{n}", queue="b-only") for n in range(2)]
+    until(lambda: {row["jid"] for row in records(r, "test:started")} >= set(held), 15,
+          killed.log())
+    survivor = daemon(CONFIG)
+    children = {child.pid for child in survivor.wait_children(2)}
+    scheduler = survivor.scheduler()
+    storm, good, past = _storm(300), [], time.time() - 5
+    for index, raw in enumerate(storm):
+        where = index % 3
+        if where == 0:
+            r.lpush("queue:default", raw)
+        else:
+            r.zadd("schedule" if where == 1 else "retry", {raw: past})
+        if index % 3 == 0:
+            good.append(push(r, "Record", index))
+    victim = next(m.decode() for m in r.smembers("processes")
+                  if m.decode().split(":")[1] == str(killed.pid))
+    killed.sigkill(everything=True)
+    r.pexpire(victim, 1)  # what 60 s of silence does: its records expire
+    r.pexpire(f"forkq:beats:{victim}", 1)
+    until(lambda: {json.loads(job)["jid"] for job in r.lrange("queue:b-only", 0, -1)}
+          == set(held), 30, survivor.log())
+    until(lambda: r.zcard("dead") == len(storm), 60, survivor.log()[-3000:])
+    until(lambda: {row["jid"] for row in records(r)} >= set(good), 30, survivor.log())
+    runs = [row["jid"] for row in records(r)]
+    assert sorted(runs) == sorted(good), "every good job ran exactly once"
+    kept = {_kept_bytes(entry) for entry in _dead_entries(r)}
+    objects = [e for e in _dead_entries(r) if _kept_bytes(e) is None]
+    assert all(raw in kept for raw in storm if _object_or_none(raw) is None)
+    assert len(objects) == sum(_object_or_none(raw) is not None for raw in storm)
+    assert _alive(survivor) and scheduler.is_running()
+    assert {child.pid for child in survivor.children()} == children
+    assert r.zcard("schedule") == r.zcard("retry") == 0
