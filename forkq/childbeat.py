@@ -2,8 +2,9 @@
 
 Contract: every :data:`INTERVAL` seconds the thread writes
 ``HSET forkq:beats:<identity> <pid> {"at": <epoch>, "seq": <n>, "job": <job or null>,
-"loops": <n>}`` (``loops``: the main loop's turn count, which the scheduler child
-advances at least once a second)
+"loops": <n>, "start": <epoch>}`` (``loops``: the main loop's turn count, which the
+scheduler child advances at least once a second; ``start``: when this process started,
+so a restart on the same host can prove it gone, :mod:`forkq.reclaim`)
 and ``EXPIRE`` 60 s. ``seq`` grows by one per beat: the master culls a child
 whose ``seq`` stops changing. The thread keeps beating while the main thread
 runs a job of any length (pure-Python loops release the GIL every few
@@ -47,7 +48,7 @@ from typing import Any
 
 import redis
 
-from forkq import keys, logs
+from forkq import keys, localproof, logs
 from forkq.errors import EXIT_ORPHANED
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class ChildBeat:
         self._redis = client
         self._key = keys.beats(identity)
         self._pid = pid
+        self._start = localproof.start_time(pid)  # with the pid, names this process instance
         self._seq = 0
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._stopped = False
@@ -141,7 +143,7 @@ class ChildBeat:
         if job is not None:
             job = {**job, "payload": job["payload"].decode("utf-8", "replace")}
         entry = json.dumps({"at": time.time(), "seq": self._seq, "job": job,
-                            "loops": self.loops})
+                            "loops": self.loops, "start": self._start})
         try:
             with self._redis.pipeline(transaction=False) as pipe:
                 pipe.hset(self._key, str(self._pid), entry)

@@ -23,7 +23,7 @@ from typing import Any
 
 import redis
 
-from forkq import __version__, keys, wirejson
+from forkq import __version__, keys, localproof, wirejson
 from forkq.config import Config
 
 
@@ -45,8 +45,10 @@ class ChildBeat:
 def process_info(config: Config, identity: str, pid: int, started_at: float, *,
                  leader: bool = False) -> str:
     """The ``info`` JSON: Sidekiq's fields (identity = the hash key) plus version, weights,
-    whether this daemon's scheduler leads the cluster, and ``forkq`` (its version: what tells
-    the operator's tools a forkq daemon from a Sidekiq process)."""
+    whether this daemon's scheduler leads the cluster, ``forkq`` (its version: what tells
+    the operator's tools a forkq daemon from a Sidekiq process) and ``proof`` (kernel run,
+    pid namespace and start time: what lets a restart on this host prove it gone,
+    :mod:`forkq.reclaim`)."""
     return wirejson.dumps({
         "hostname": hostname(),
         "started_at": started_at,
@@ -61,6 +63,7 @@ def process_info(config: Config, identity: str, pid: int, started_at: float, *,
         "embedded": False,
         "leader": leader,
         "forkq": __version__,
+        "proof": localproof.facts(pid),
     })
 
 

@@ -65,25 +65,40 @@ def sweep(client: redis.Redis, token: str, *, now: float) -> list[Recovered]:
     on with the others. Raises :class:`~forkq.lease.LeaseLostError` when ``token`` no
     longer holds the lease, and a Redis error when Redis does not answer.
     """
-    lists = _inflight_by_owner(client)
+    lists = inflight_by_owner(client)
     candidates = sorted(set(lists) | _members(client, keys.PROCESSES))
     recovered: list[Recovered] = []
     for identity in _dead(client, candidates):
-        for key in lists.get(identity, []):
-            found = _refused_is_none(key, partial(_recover, client, token, identity=identity,
-                                                  key=key, now=now))
-            if found is not None:
-                recovered.append(found)
-        _refused_is_none(identity, partial(_forget, client, token, identity))
+        recovered += recover_process(client, token, identity, lists.get(identity, []), now=now)
     return recovered
 
 
-def _refused_is_none(subject: str, step: Callable[[], T]) -> T | None:
+def recover_process(client: redis.Redis, token: str | None, identity: str,
+                    inflight_keys: list[str], *, now: float, forget: bool = True
+                    ) -> list[Recovered]:
+    """Recover the jobs in ``inflight_keys`` of the dead process ``identity``, then forget it
+    (leave ``processes``, drop its busy hashes) unless ``forget`` is false.
+
+    ``token`` is the leader's (the owner is dead when its records have expired, checked
+    again atomically), or None when the caller proved the owner gone on this host
+    (:mod:`forkq.reclaim`). A refused item is reported and left; the others go on."""
+    recovered = []
+    for key in inflight_keys:
+        found = refused_is_none(key, partial(_recover, client, token, identity=identity,
+                                             key=key, now=now))
+        if found is not None:
+            recovered.append(found)
+    if forget:
+        refused_is_none(identity, partial(_forget, client, token, identity))
+    return recovered
+
+
+def refused_is_none(subject: str, step: Callable[[], T]) -> T | None:
     """Run one item's step; a refusal is reported (once a minute per subject) and gives None."""
     try:
         result = step()
     except redis.ResponseError as exc:
-        REFUSALS.report(subject, "orphan sweep: %s left as it is: %s", subject,
+        REFUSALS.report(subject, "recovering orphans: %s left as it is: %s", subject,
                         describe_error(exc))
         return None
     REFUSALS.clear(subject)
@@ -92,11 +107,12 @@ def _refused_is_none(subject: str, step: Callable[[], T]) -> T | None:
 
 def _members(client: redis.Redis, key: str) -> set[str]:
     """The members of the set ``key``; none (reported) when it holds another type."""
-    found = _refused_is_none(key, partial(client.smembers, key))
+    found = refused_is_none(key, partial(client.smembers, key))
     return {text(member) for member in found or ()}
 
 
-def _inflight_by_owner(client: redis.Redis) -> dict[str, list[str]]:
+def inflight_by_owner(client: redis.Redis) -> dict[str, list[str]]:
+    """The registered in-flight lists by owner identity (none when the registry is refused)."""
     lists: dict[str, list[str]] = defaultdict(list)
     for key in _members(client, keys.INFLIGHT_REGISTRY):
         owner = keys.inflight_owner(key)
@@ -116,7 +132,7 @@ def _dead(client: redis.Redis, identities: list[str]) -> list[str]:
     return [identity for identity, count in zip(identities, counts, strict=True) if count == 0]
 
 
-def _recover(client: redis.Redis, token: str, *, identity: str, key: str, now: float
+def _recover(client: redis.Redis, token: str | None, *, identity: str, key: str, now: float
              ) -> Recovered | None:
     held = client.lrange(key, 0, 1)
     job = raw(held[1]) if len(held) == 2 else b""
@@ -125,7 +141,7 @@ def _recover(client: redis.Redis, token: str, *, identity: str, key: str, now: f
     result = script(
         keys=[keys.LEADER, key, keys.INFLIGHT_REGISTRY, identity, keys.beats(identity),
               keys.kills(jid), keys.DEAD],
-        args=[token, job, mode, KILL_LIMIT, dead_entry, keys.KILLS_TTL, repr(now),
+        args=[token or "", job, mode, KILL_LIMIT, dead_entry, keys.KILLS_TTL, repr(now),
               repr(now - keys.DEAD_TIMEOUT), keys.DEAD_MAX_JOBS])
     if result == -1:
         raise LeaseLostError("recovering " + key)
@@ -154,11 +170,11 @@ def _decide(job: bytes, now: float) -> tuple[str, str, str]:
     return "count", jid, failure.payload if failure.mode == "dead" else ""
 
 
-def _forget(client: redis.Redis, token: str, identity: str) -> None:
+def _forget(client: redis.Redis, token: str | None, identity: str) -> None:
     workers, work = keys.workers(identity)
     script = client.register_script(source("forget"))
     result = int(script(keys=[keys.LEADER, identity, keys.beats(identity), keys.PROCESSES,
-                              workers, work], args=[token, identity]))
+                              workers, work], args=[token or "", identity]))
     if result < 0:
         raise LeaseLostError("forgetting " + identity)
     if result == 1:

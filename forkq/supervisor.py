@@ -38,9 +38,10 @@ from collections.abc import Callable
 from typing import Final, TypeVar
 
 import psutil
+import redis
 from setproctitle import setproctitle
 
-from forkq import __version__, heartbeat, lease, logs, periodic, pidfile, reload
+from forkq import __version__, heartbeat, lease, logs, periodic, pidfile, reclaim, reload
 from forkq.config import Config
 from forkq.connection import EMBEDDED, connect
 from forkq.embedded import EmbeddedServer
@@ -132,6 +133,7 @@ class Supervisor:
             self.scheduler = SchedulerSlot(self.config, identity=self.identity,
                                            registry=self.registry, in_child=self._in_child)
             self._info = self._process_info()
+            self._reclaim()
             log.info("forkq %s starting: identity %s, %d processors, queues %s%s",
                      __version__, self.identity, self.config.concurrency,
                      _queues(self.config), " (strict)" if self.config.strict else "")
@@ -149,6 +151,14 @@ class Supervisor:
             return EXIT_CHILD_BOOT
         log.info("Bye!")
         return EXIT_OK
+
+    def _reclaim(self) -> None:
+        """Before forking: take back the jobs of this host's gone incarnations at once."""
+        try:
+            reclaim.reclaim(self.redis, self.identity, now=time.time())
+        except redis.RedisError as exc:
+            log.warning("restart recovery skipped (%s): the leader's orphan sweep takes those "
+                        "jobs back once their records expire", exc)
 
     def _in_child(self) -> None:
         """Run in a freshly forked child: drop what belongs to the master."""

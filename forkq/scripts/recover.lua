@@ -4,7 +4,9 @@
 -- KEYS[3]  forkq:inflight      KEYS[4]  <identity>, the owner's process hash
 -- KEYS[5]  forkq:beats:<identity>, its children's heartbeats
 -- KEYS[6]  forkq:kills:<jid>   KEYS[7]  dead
--- ARGV[1]  the leader's owner token (fencing)
+-- ARGV[1]  the leader's owner token (fencing), or "" when the caller proved the owner gone
+--          on its own host (restart recovery, forkq/reclaim.py): then neither the lease
+--          nor the owner's records are checked
 -- ARGV[2]  the job the caller saw in KEYS[2], or "" for none
 -- ARGV[3]  "count": the job has a jid, count this recovery as a death of the job;
 --          "requeue": just requeue it (a malformed job, buried when next fetched)
@@ -14,17 +16,20 @@
 -- ARGV[7]  now (the dead entry's score)   ARGV[8] trim dead entries scored at or below
 -- ARGV[9]  dead set size limit
 --
--- Never from a live owner: nothing happens while KEYS[4] or KEYS[5] exists (both expire
--- 60 s after the owner's last heartbeat). Nothing happens either if KEYS[2] no longer
+-- Never from a live owner: with a token, nothing happens while KEYS[4] or KEYS[5] exists
+-- (both expire 60 s after the owner's last heartbeat); without, the caller has proved
+-- the owner's master and child gone (same kernel run, pid free or reused). Nothing happens either if KEYS[2] no longer
 -- holds ARGV[2]. Otherwise the job goes back to the right end of its queue (the next
 -- one fetched), or to the dead set at the death limit; KEYS[2] is deleted and
 -- unregistered. Returns "requeued", "dead", "dropped" or "empty"; or -1 without the
 -- lease, -2 when the owner is alive, -3 when the list changed.
-if redis.call("GET", KEYS[1]) ~= ARGV[1] then
-  return -1
-end
-if redis.call("EXISTS", KEYS[4]) == 1 or redis.call("EXISTS", KEYS[5]) == 1 then
-  return -2
+if ARGV[1] ~= "" then
+  if redis.call("GET", KEYS[1]) ~= ARGV[1] then
+    return -1
+  end
+  if redis.call("EXISTS", KEYS[4]) == 1 or redis.call("EXISTS", KEYS[5]) == 1 then
+    return -2
+  end
 end
 local queue = redis.call("LINDEX", KEYS[2], 0)
 local job = redis.call("LINDEX", KEYS[2], 1)
