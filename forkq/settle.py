@@ -16,6 +16,9 @@ in-flight list. By the :class:`Gone` record's ``cause``:
   :class:`~forkq.errors.JobTimeoutError` through the retry policy (retry set,
   then dead); a different job is requeued.
 
+Whatever the cause, a held job that is no job (:class:`~forkq.errors.MalformedJobError`)
+goes to the dead set with its bytes kept, as a processor buries it.
+
 A Redis error propagates; the caller retries the whole settlement later (a
 crash may then be counted twice).
 """
