@@ -14,8 +14,8 @@ keeping its raw bytes.
 Optional fields, one rule: **a field of the wrong type counts as absent** and its
 default applies; the accessors below are the only readers. ``retry``: ``true``, an
 integer (retries allowed; negative = 0) or ``false``/``null`` (drop on failure),
-anything else = the default (``max_retries``); ``retry_count``: an integer >= 0, else
-a first failure; ``retry_for``: a number of seconds; ``queue`` and ``retry_queue``:
+anything else = the default (``max_retries``); ``retry_count``: an integer, else a
+first failure; ``retry_for``: a number of seconds; ``queue`` and ``retry_queue``:
 a non-empty string; ``backtrace``: ``true`` (every line) or an integer N (the first N),
 else none; ``dead``: only ``false`` keeps a job out of the dead set; ``timeout``: a
 positive number of seconds; ``jid``: a string; timestamps (``created_at``,
@@ -100,9 +100,10 @@ def text_field(payload: Payload, name: str) -> str | None:
 
 
 def int_field(payload: Payload, name: str) -> int | None:
-    """A field that must be an integer >= 0 (``retry_count``); None otherwise (bool is no int)."""
+    """A field that must be an integer (``retry_count``; Sidekiq's API ``retry`` makes it -1
+    from 0); None otherwise (a bool is no integer)."""
     value = payload.get(name)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def number_field(payload: Payload, name: str) -> float | None:

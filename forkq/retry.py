@@ -103,7 +103,7 @@ def record_error(payload: payloads.Payload, error_class: str, message: str, now:
     """Add Sidekiq's error fields to ``payload``; returns the new ``retry_count``.
 
     Fields of the wrong type count as absent (:mod:`forkq.payload`): a ``queue`` that is
-    no string becomes "default", a ``retry_count`` that is no integer >= 0 starts over."""
+    no string becomes "default", a ``retry_count`` that is no integer starts over."""
     payload["queue"] = (payloads.text_field(payload, "retry_queue")
                         or payloads.text_field(payload, "queue") or "default")
     payload["error_message"] = message[:MESSAGE_LIMIT]  # as error_message() made it
