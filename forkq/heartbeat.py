@@ -14,7 +14,6 @@ beat hashes; the process hash is left to expire with ``quiet "true"``, as Sideki
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -25,6 +24,7 @@ import redis
 
 from forkq import __version__, keys, localproof, wirejson
 from forkq.config import Config
+from forkq.connection import text
 
 
 def hostname() -> str:
@@ -107,16 +107,42 @@ def beat(
 
 
 def read_children(client: redis.Redis, identity: str) -> dict[int, ChildBeat]:
-    """Every child beat of ``identity`` by pid; malformed entries are left out."""
+    """Every child beat of ``identity`` by pid; malformed entries are left out (any client can
+    write anything into the hash: nothing read from it may stop the master)."""
     found: dict[int, ChildBeat] = {}
     for pid, raw in client.hgetall(keys.beats(identity)).items():
-        try:
-            entry = json.loads(raw)
-            found[int(pid)] = ChildBeat(int(entry["seq"]), float(entry["at"]), entry.get("job"),
-                                        int(entry.get("loops", 0)))
-        except (ValueError, TypeError, KeyError):
-            continue
+        beat = _child_beat(raw)
+        if beat is not None and text(pid).isdigit():
+            found[int(pid)] = beat
     return found
+
+
+def _child_beat(raw: bytes | str) -> ChildBeat | None:
+    try:
+        entry = wirejson.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(entry, dict):
+        return None
+    seq, at, loops = entry.get("seq"), entry.get("at"), entry.get("loops", 0)
+    if not isinstance(seq, int) or not isinstance(loops, int) or not isinstance(at, float):
+        return None  # a child writes time.time(): always a float
+    return ChildBeat(seq, at, _job(entry.get("job")), loops)
+
+
+_JOB_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "queue": str, "payload": str, "class": str, "jid": str, "run_at": int, "started": float,
+    "timeout": (int, float)}
+
+
+def _job(value: Any) -> dict[str, Any] | None:
+    """A beat's ``job`` if it has every field the master reads, of the right type; else None."""
+    if not isinstance(value, dict):
+        return None
+    for name, kind in _JOB_FIELDS.items():
+        if isinstance(value.get(name), bool) or not isinstance(value.get(name), kind):
+            return None
+    return value
 
 
 def forget_children(client: redis.Redis, identity: str, pids: list[int]) -> None:

@@ -247,3 +247,26 @@ def test_a_storm_of_hostile_payloads_and_a_killed_daemon(r: redis.Redis, daemon:
     assert _alive(survivor) and scheduler.is_running()
     assert {child.pid for child in survivor.children()} == children
     assert r.zcard("schedule") == r.zcard("retry") == 0
+
+
+def test_hostile_entries_in_the_beats_hash_do_not_stop_the_master(r: redis.Redis,
+                                                                  daemon: Any) -> None:
+    """The master reads its children's beats from ``forkq:beats:<identity>``, which any client
+    can write: entries that are not beats are left out, and the master goes on."""
+    d = daemon(CONFIG + "scheduler: false\n")
+    children = {child.pid for child in d.wait_children(2)}
+    until(lambda: r.scard("processes") == 1, 15)
+    identity = next(iter(r.smembers("processes"))).decode()
+    junk = {"1": "[" * 3000 + "]" * 3000, "2": '{"seq":1,"at":Infinity}',
+            "3": '{"seq":1e400,"at":1.5}', "4": '{"seq":1,"at":1.5,"job":[1]}',
+            "5": '{"seq":1,"at":1.5,"job":{"queue":1}}', "x": "{}", "6": "\xff"}
+    for child in children:  # the real children's own entries too, until they beat again
+        junk[str(child)] = '{"seq":2,"at":1.5,"loops":1,"job":{"started":"x","class":[]}}'
+    r.hset(f"forkq:beats:{identity}", mapping=junk)
+    beat = float(r.hget(identity, "beat") or 0)
+    # one process-record beat (5 s) later, the master has read the hash several times
+    until(lambda: float(r.hget(identity, "beat") or 0) > beat + 5, 15, d.log())
+    good = [push(r, "Record", n) for n in range(3)]
+    until(lambda: {row["jid"] for row in records(r)} >= set(good), 15, d.log())
+    assert _alive(d) and {child.pid for child in d.children()} == children
+    assert "Traceback" not in d.log()
