@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forkq import keys
+from forkq.connection import text
 from forkq.scripts import source
 
 Queues = Sequence[tuple[str, int]]
@@ -47,6 +48,18 @@ class Fetched:
 
     queue: str
     raw: bytes
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """What one fetch found: the job (or None), and the queue keys it skipped because they
+    hold another type than a list, each with that type (the other queues keep flowing)."""
+
+    job: Fetched | None
+    skipped: list[tuple[str, str]]
+
+
+NOTHING = Fetch(None, [])
 
 
 class Fetcher:
@@ -74,10 +87,12 @@ class Fetcher:
         )
         return [keys.queue(name) for name in names]
 
-    def ack_and_fetch(self, *, ack: bytes | None, fetch: bool = True) -> Fetched | None:
+    def ack_and_fetch(self, *, ack: bytes | None, fetch: bool = True) -> Fetch:
         """Acknowledge ``ack`` (the completed job's bytes), then fetch the next job (``fetch``).
 
         Safe to call again after a lost reply (see fetch.lua): the same job comes back.
+        Raises redis.ResponseError naming the key when the in-flight list or the registry
+        holds another type (nothing is fetched then).
         """
         date = keys.utc_date(time.time())
         result = self._script(
@@ -91,9 +106,11 @@ class Fetcher:
             args=[ack or b"", "1" if fetch else "0", keys.DAILY_STAT_TTL],
         )
         if not result:
-            return None
-        queue_key, raw = result
-        return Fetched(keys.queue_name(queue_key.decode()), raw)
+            return NOTHING
+        queue_key, raw, *skipped = result
+        pairs = [(text(skipped[i]), text(skipped[i + 1])) for i in range(0, len(skipped), 2)]
+        job = Fetched(keys.queue_name(text(queue_key)), raw) if queue_key else None
+        return Fetch(job, pairs)
 
 
 def requeue(redis_client: Any, inflight_key: str, *, unregister: bool) -> bytes | None:

@@ -25,6 +25,7 @@ import redis
 from forkq import __version__, keys, localproof, wirejson
 from forkq.config import Config
 from forkq.connection import text
+from forkq.refusal import describe
 
 
 def hostname() -> str:
@@ -73,6 +74,15 @@ def busy_entry(job: dict[str, Any]) -> str:
                            "run_at": int(job["run_at"])})
 
 
+@dataclass(frozen=True)
+class Beat:
+    """What one write of the process record did: the remote ``signal`` popped (or None), and
+    the keys Redis refused, each with its error (the rest of the record was written)."""
+
+    signal: str | None
+    refused: list[tuple[str, str]]
+
+
 def beat(
     client: redis.Redis,
     identity: str,
@@ -82,12 +92,17 @@ def beat(
     quiet: bool,
     rss_kb: int,
     concurrency: int,
-) -> str | None:
-    """Write the process record and busy hashes; pop one remote signal (its name, or None)."""
+) -> Beat:
+    """Write the process record and busy hashes; pop one remote signal.
+
+    One MULTI; a command Redis refuses (a key of the wrong type) does not stop the others,
+    so ``processes`` made a hash by someone still leaves the process hash, the busy hashes
+    and remote signals working; the refusals are returned by key."""
     started = time.perf_counter()
     client.ping()
     rtt_us = int((time.perf_counter() - started) * 1e6)
     workers = keys.workers(identity)
+    written: list[str] = []  # the key of each command, in order
     with client.pipeline(transaction=True) as pipe:
         pipe.sadd(keys.PROCESSES, identity)
         pipe.hset(identity, mapping={
@@ -97,13 +112,20 @@ def beat(
         })
         pipe.expire(identity, keys.PROCESS_TTL)
         pipe.unlink(*workers)
+        written += [keys.PROCESSES, identity, identity, workers[0]]
         for key in workers:
             if busy:
                 pipe.hset(key, mapping=busy)  # type: ignore[arg-type]
                 pipe.expire(key, keys.PROCESS_TTL)
-        pipe.rpop(keys.signals(identity))
-        popped = pipe.execute()[-1]
-    return popped.decode("utf-8", "replace") if popped else None
+                written += [key, key]
+        signals = keys.signals(identity)
+        pipe.rpop(signals)
+        written.append(signals)
+        results = pipe.execute(raise_on_error=False)
+    refused = [(key, describe(result, key)) for key, result in zip(written, results, strict=True)
+               if isinstance(result, redis.ResponseError)]
+    popped = results[-1]
+    return Beat(popped.decode("utf-8", "replace") if isinstance(popped, bytes) else None, refused)
 
 
 def read_children(client: redis.Redis, identity: str) -> dict[int, ChildBeat]:

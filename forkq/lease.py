@@ -19,6 +19,7 @@ The lease also mirrors the leader's process identity into ``dear-leader``
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 
@@ -27,6 +28,9 @@ import redis
 from forkq import keys
 from forkq.scripts import source
 
+log = logging.getLogger(__name__)
+
+REPLACED = 2  # lease.lua's acquire: taken, after replacing a key of another type
 SAFETY_FACTOR = 0.1  # stop acting this share of the TTL before the lease could expire
 MIN_SAFETY = 0.5  # ... but at least this many seconds before
 
@@ -94,15 +98,22 @@ class Lease:
         return max(remaining, 0) / 1000.0
 
     def _call(self, op: str, token: str) -> bool:
-        result = self._script(keys=[keys.LEADER, keys.DEAR_LEADER],
-                              args=[op, token, int(self.ttl * 1000), self.identity])
-        return int(result) == 1
+        result = int(self._script(keys=[keys.LEADER, keys.DEAR_LEADER],
+                                  args=[op, token, int(self.ttl * 1000), self.identity]))
+        if result == REPLACED:
+            log.warning("the lease key %r held another type than a string (nobody held the "
+                        "lease); replaced it", keys.LEADER)
+        return result in (1, REPLACED)
 
 
 def holder(client: redis.Redis) -> str | None:
-    """The token of the current leader's term, or None when nobody leads."""
-    value = client.get(keys.LEADER)
-    return value.decode() if isinstance(value, bytes) else None
+    """The token of the current leader's term, or None when nobody leads (also when the key
+    holds another type: lease.lua's acquire replaces it)."""
+    try:
+        value = client.get(keys.LEADER)
+    except redis.ResponseError:
+        return None
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else None
 
 
 def leads(token: str | None, identity: str) -> bool:

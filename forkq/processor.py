@@ -50,6 +50,7 @@ from forkq.fetch import Fetched, Fetcher
 from forkq.middleware import Chain
 from forkq.outage import Outage
 from forkq.queuewatch import QueueWatch
+from forkq.refusal import Recurring, is_refusal
 from forkq.registry import Registry
 from forkq.signals import SelfPipe
 
@@ -62,6 +63,7 @@ FORK_BLOCKED = frozenset({*IGNORED_SIGNALS, STOP_SIGNAL, signal.SIGTTIN, signal.
 """Blocked by the master around fork and by the child until its own handlers are in place, so
 no signal meets the master's handlers (and wakeup pipe) or a default action in the child."""
 MEMORY_CHECK_INTERVAL = 1.0
+REFUSED_WAIT = 1.0  # between tries of a step Redis refused (a key of the wrong type, OOM)
 
 
 @dataclass
@@ -105,6 +107,7 @@ class Processor:
         self._failure: retry.Failure | None = None
         self._failed_job = b""  # the bytes of the job self._failure files
         self._outage = Outage(log)
+        self._skipped = Recurring(log)
         self._jobs_done = 0
         self._memory_checked = 0.0
 
@@ -157,8 +160,14 @@ class Processor:
         hooks.run("child_boot", strict=True)
 
     def _register(self) -> None:
-        """Before the first fetch: list our in-flight key in the registry, arm the queue watch."""
-        self.redis.sadd(keys.INFLIGHT_REGISTRY, self.inflight_key)
+        """Before the first fetch: list our in-flight key in the registry, arm the queue watch.
+
+        A refused registration (Redis at maxmemory with noeviction) does not keep the child
+        from fetching: fetch.lua registers the list again with every job it moves in."""
+        try:
+            self.redis.sadd(keys.INFLIGHT_REGISTRY, self.inflight_key)
+        except redis.ResponseError as exc:
+            self._outage.refused(exc, "registering the in-flight list (fetches register it)")
         self._watch.open()
         self._registered = True
         self._report("ready")
@@ -187,9 +196,18 @@ class Processor:
             self._failure = None
         if not fetch and self._ack_pending is None:
             return None
-        fetched = self._fetcher.ack_and_fetch(ack=self._ack_pending, fetch=fetch)
+        found = self._fetcher.ack_and_fetch(ack=self._ack_pending, fetch=fetch)
         self._ack_pending = None
-        return fetched
+        self._report_skipped(found.skipped)
+        return found.job
+
+    def _report_skipped(self, skipped: list[tuple[str, str]]) -> None:
+        """Log each queue key the fetch skipped (once a minute), and when it is a list again."""
+        for key, kind in skipped:
+            self._skipped.report(key, "queue key %r holds a %s, not a list; skipped (the other "
+                                 "queues keep flowing)", key, kind)
+        for key in set(self._skipped.subjects) - {key for key, _ in skipped}:
+            self._skipped.clear(key, "queue key %r is fetched from again", key)
 
     def _execute(self, fetched: Fetched) -> None:
         now = time.time()
@@ -258,12 +276,15 @@ class Processor:
             self.stopping = True
 
     def _guarded(self, step: Any) -> None:
-        """Run a step; on a Redis error, log the outage once and back off, interruptibly."""
+        """Run a step; on a Redis error, log it (an outage once, a refusal once a minute) and
+        back off, interruptibly. A step that fails keeps what it held (the job to file or to
+        acknowledge), so the next turn tries it again."""
         try:
             step()
         except redis.RedisError as exc:
-            lasted = self._outage.failed(exc)
-            backoff = min(0.1 * 2 ** min(int(lasted), 5), 2.0)
+            lasted = self._outage.failed(exc, "this processor's step")
+            backoff = REFUSED_WAIT if is_refusal(exc) else min(0.1 * 2 ** min(int(lasted), 5),
+                                                                2.0)
             received, _ = self._pipe.wait(backoff)
             if STOP_SIGNAL in received or os.getppid() != self.master_pid:
                 self.stopping = True

@@ -34,12 +34,22 @@ def is_refusal(exc: BaseException) -> bool:
     return isinstance(exc, redis.ResponseError)
 
 
+WHY = {
+    "OOM": "Redis is at maxmemory with the noeviction policy and refuses writes that grow "
+           "it; waiting until it has room",
+    "READONLY": "this Redis is a read-only replica; point redis_url at the master",
+    "NOPERM": "the ACL user may not run this command or touch this key",
+}
+
+
 def describe(exc: BaseException, key: str | None = None) -> str:
-    """One line for a refusal; Redis's own ``WRONGTYPE`` text gains the key it was about."""
+    """One line for a refusal; Redis's own ``WRONGTYPE`` text gains the key it was about, and
+    ``OOM``, ``READONLY`` and ``NOPERM`` say what they mean for forkq."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if key is not None and text.startswith("WRONGTYPE") and "forkq:" not in text:
         return f"WRONGTYPE: key {key!r} holds the wrong kind of value"
-    return text
+    why = WHY.get(text.split(" ", 1)[0])
+    return f"{text} ({why})" if why else text
 
 
 class Recurring:

@@ -37,7 +37,7 @@ from collections.abc import Callable
 import redis
 from setproctitle import setproctitle
 
-from forkq import __version__, due, logs, orphans, periodic
+from forkq import __version__, due, keys, logs, orphans, periodic
 from forkq import client as clients
 from forkq.config import Config
 from forkq.connection import connect
@@ -45,6 +45,7 @@ from forkq.lease import Lease, LeaseLostError
 from forkq.outage import Outage
 from forkq.processor import STOP_SIGNAL, child_signals, start_child_beat
 from forkq.queuewatch import QueueWatch
+from forkq.refusal import Recurring, describe
 from forkq.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class Scheduler:
         self.registry = registry
         self.stopping = False
         self._outage = Outage(log)
+        self._refused = Recurring(log)
         self._connected_since = 0.0  # monotonic: since when Redis has answered every call
         self._next_renew = 0.0  # monotonic
         self._next_sweep = 0.0  # monotonic
@@ -189,12 +191,22 @@ class Scheduler:
     # -- periodic jobs -----------------------------------------------------------------------
 
     def _periodic(self, wall: float) -> None:
-        last = periodic.last_handled(self.redis)
+        try:
+            last = periodic.last_handled(self.redis)
+        except redis.ResponseError as exc:
+            self._refused.report(keys.PERIODIC, "periodic jobs wait: %s",
+                                 describe(exc, keys.PERIODIC))
+            self._next_tick = wall + MAX_SLEEP * 60
+            return
         upcoming = []
         for entry in self.config.periodic:
             try:
                 self._tick(entry, last.get(entry.name), wall)
                 upcoming.append(periodic.next_tick(entry, wall))
+            except redis.ResponseError as exc:  # a key of the wrong type: this entry waits
+                self._refused.report(entry.name, "periodic %s waits: %s", entry.name,
+                                     describe(exc))
+                upcoming.append(wall + MAX_SLEEP * 60)
             except (redis.RedisError, LeaseLostError):
                 raise
             except Exception:  # one bad entry must not stop the cluster's scheduling

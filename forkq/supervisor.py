@@ -41,7 +41,7 @@ import psutil
 import redis
 from setproctitle import setproctitle
 
-from forkq import __version__, heartbeat, lease, logs, periodic, pidfile, reclaim, reload
+from forkq import __version__, heartbeat, keys, lease, logs, periodic, pidfile, reclaim, reload
 from forkq.config import Config
 from forkq.connection import EMBEDDED, connect
 from forkq.embedded import EmbeddedServer
@@ -49,6 +49,7 @@ from forkq.errors import EXIT_CHILD_BOOT, EXIT_OK, ConfigError
 from forkq.outage import Outage
 from forkq.pool import Pool
 from forkq.processor import ServerChain
+from forkq.refusal import Recurring
 from forkq.registry import Registry
 from forkq.schedslot import SchedulerSlot
 from forkq.sdnotify import Notifier
@@ -58,6 +59,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LOOP_WAIT = 1.0
+STALL_SLACK = 5.0  # a wait that overran its timeout by more was a stopped (frozen) master
 WATCH_INTERVAL = 1.0  # read the children's heartbeats
 BEAT_INTERVAL = 5.0  # write the process record (Sidekiq 6: 5 s)
 REQUEUE_GRACE = 10.0  # after the stop deadline, how long to keep retrying Redis
@@ -110,8 +112,10 @@ class Supervisor:
         self._started_at = time.time()
         self._next_watch = 0.0
         self._next_beat = 0.0
-        self._outage = Outage(log, "; not culling processors until it is back")
+        self._outage = Outage(log, "; not culling processors while their beats cannot be read")
+        self._beats_unread = False  # the last read of the children's beats failed
         self._ready_sent = False
+        self._refused = Recurring(log)  # keys of the process record Redis refuses
         self._status = ""
         self._leader = False
 
@@ -139,7 +143,8 @@ class Supervisor:
                      _queues(self.config), " (strict)" if self.config.strict else "")
             while not self.done:
                 self.loop_once(time.monotonic())
-            self._guarded(lambda: heartbeat.clear(self.redis, self.identity))
+            self._guarded(lambda: heartbeat.clear(self.redis, self.identity), "clearing the "
+                          "process record")
         finally:
             self._stop_embedded()
             self._pipe.close()
@@ -170,7 +175,9 @@ class Supervisor:
 
     def loop_once(self, now: float) -> None:
         """One turn: signals → reap → watch → stop or top up → beat → title and notify."""
-        received, ready = self._pipe.wait(self._wait_time(now), also=self.pool.report_fds())
+        planned = self._wait_time(now)
+        received, ready = self._pipe.wait(planned, also=self.pool.report_fds())
+        self._check_stall(planned, time.monotonic() - now)
         for signum in received:
             self.dispatch(signum)
         self.pool.read_reports(ready)
@@ -180,7 +187,8 @@ class Supervisor:
         if scheduler is not None:
             gone.append(scheduler)
         if gone:
-            self._guarded(lambda: heartbeat.forget_children(self.redis, self.identity, gone))
+            self._guarded(lambda: heartbeat.forget_children(self.redis, self.identity, gone),
+                          "forgetting gone children's beats")
         now = time.monotonic()
         if now >= self._next_watch:
             self._next_watch = now + WATCH_INTERVAL
@@ -306,20 +314,47 @@ class Supervisor:
     # -- heartbeats --------------------------------------------------------------------------
 
     def _watch(self, now: float) -> None:
-        beats = self._guarded(lambda: heartbeat.read_children(self.redis, self.identity))
-        if beats is not None:
-            self.pool.watch(beats, now)
-            self.scheduler.watch(beats, now)
+        """Read the children's beats and judge them. Only this read pauses culling: while it
+        fails the children cannot be judged (nor, most likely, write their beats), and once
+        it succeeds again every child gets a full ``liveness_timeout``."""
+        key = keys.beats(self.identity)
+        beats = self._guarded(lambda: heartbeat.read_children(self.redis, self.identity),
+                              f"reading the children's beats ({key}); not culling processors "
+                              "until it succeeds")
+        if beats is None:
+            self._beats_unread = True
+            return
+        if self._beats_unread:
+            self._beats_unread = False
+            self._fresh_window(now)
+        self.pool.watch(beats, now)
+        self.scheduler.watch(beats, now)
+
+    def _check_stall(self, planned: float, waited: float) -> None:
+        """A wait that overran by more than STALL_SLACK means this master was stopped (a
+        SIGSTOP of its process group, a cgroup freeze, a paused VM) along with its children:
+        their silence meanwhile is not theirs, so they get a fresh liveness window."""
+        stalled = overslept(planned, waited)
+        if stalled:
+            log.warning("the master was stalled for %.0fs (stopped or frozen): giving the "
+                        "processors a fresh liveness window", stalled)
+            self._fresh_window(time.monotonic())
 
     def _beat(self) -> None:
-        self._guarded(self._check_leader)
+        self._guarded(self._check_leader, "reading the leader")
         rss = self.pool.rss_kb() + _own_rss_kb()
-        popped = self._guarded(lambda: heartbeat.beat(
+        wrote = self._guarded(lambda: heartbeat.beat(
             self.redis, self.identity, info=self._info, busy=self.pool.busy(),
             quiet=self.quiet or self.stop_deadline is not None, rss_kb=rss,
-            concurrency=self.config.concurrency) or "")
-        if popped:
-            self._remote(popped)
+            concurrency=self.config.concurrency), "writing the process record")
+        if wrote is None:
+            return
+        for key, error in wrote.refused:
+            self._refused.report(key, "cannot write the process record to %r: %s", key, error)
+        for key in set(self._refused.subjects) - {key for key, _ in wrote.refused}:
+            self._refused.clear(key, "the process record is written to %r again", key)
+        if wrote.signal:
+            self._remote(wrote.signal)
 
     def _check_leader(self) -> None:
         """Show in the process info (and log) whether this daemon's scheduler leads."""
@@ -337,13 +372,13 @@ class Supervisor:
         self.dispatch(signal.Signals["SIG" + name])
         self._next_beat = 0.0
 
-    def _guarded(self, step: Callable[[], T]) -> T | None:
-        """Run a Redis step; None on a Redis error (logged once per outage)."""
-        return self._outage.guard(step, self._trust_again)
+    def _guarded(self, step: Callable[[], T], name: str) -> T | None:
+        """Run the Redis step ``name``; None on a Redis error (an outage is logged once, a
+        refusal once a minute, by :class:`~forkq.outage.Outage`)."""
+        return self._outage.guard(step, name=name)
 
-    def _trust_again(self) -> None:
-        """Redis is back: the children's beats could not be written meanwhile."""
-        now = time.monotonic()
+    def _fresh_window(self, now: float) -> None:
+        """The children's beats could not be written or read meanwhile: judge them afresh."""
         self.pool.trust_again(now)
         self.scheduler.trust_again(now)
 
@@ -396,7 +431,7 @@ class Supervisor:
         elif status != self._status:
             self._notify.status(status)
         self._status = status
-        outage = self._outage.active  # heartbeats unreadable: not the children's fault
+        outage = self._beats_unread  # heartbeats unreadable: not the children's fault
         if self.stop_deadline is None and (self.quiet or outage or self.pool.healthy(now)):
             self._notify.watchdog(now)
 
@@ -413,6 +448,12 @@ class Supervisor:
         if self._embedded is not None:
             self._embedded.stop()
             log.info("embedded server stopped")
+
+
+def overslept(planned: float, waited: float, slack: float = STALL_SLACK) -> float:
+    """How long a wait planned for ``planned`` seconds that took ``waited`` seconds was
+    stopped, when it overran by more than ``slack``; else 0."""
+    return waited - planned if waited - planned > slack else 0.0
 
 
 def _queues(config: Config) -> str:

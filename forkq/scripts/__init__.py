@@ -1,4 +1,10 @@
-"""Lua scripts for every multi-key state change; each file's header is its contract."""
+"""Lua scripts for every multi-key state change; each file's header is its contract.
+
+Every script is served with ``guard.lua`` in front: the helpers with which a script checks
+the type of each key it will write before its first write (Redis keeps a failed script's
+earlier writes), so a key of the wrong type makes it refuse, naming the key, and change
+nothing.
+"""
 
 from __future__ import annotations
 
@@ -8,5 +14,9 @@ from importlib import resources
 
 @cache
 def source(name: str) -> str:
-    """The text of ``forkq/scripts/<name>.lua``."""
+    """The text of ``forkq/scripts/<name>.lua``, after ``guard.lua``."""
+    return _read("guard") + _read(name)
+
+
+def _read(name: str) -> str:
     return resources.files(__name__).joinpath(f"{name}.lua").read_text(encoding="utf-8")

@@ -13,12 +13,22 @@
 -- The member leaves KEYS[1] and its job arrives at the target in one step, so an action
 -- neither loses nor duplicates a job, also when Sidekiq, the leader's mover or another
 -- operator races it. Returns 1, or 0 (nothing written) when KEYS[1] no longer holds ARGV[1].
+-- Refuses, changing nothing, when the target key holds another type.
+local bad = false
+if ARGV[2] == "queue" then
+  bad = wrong_type(KEYS[2], "list")
+elseif ARGV[2] == "dead" then
+  bad = wrong_type(KEYS[2], "zset")
+end
+if bad then
+  return redis.error_reply(bad)
+end
 if redis.call("ZREM", KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 if ARGV[2] == "queue" then
   redis.call("LPUSH", KEYS[2], ARGV[3])
-  redis.call("SADD", KEYS[3], ARGV[4])
+  try("SADD", KEYS[3], ARGV[4])
 elseif ARGV[2] == "dead" then
   redis.call("ZADD", KEYS[2], ARGV[5], ARGV[3])
   redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", ARGV[6])

@@ -15,9 +15,17 @@
 -- Returns the mode, or "gone" when KEYS[1] no longer holds ARGV[7] (the leader's orphan
 -- sweep gave the job back while this process was cut off: it is queued again, so filing
 -- the failure too would run it twice). Counts one processed and one failed execution,
--- as Sidekiq.
+-- as Sidekiq (best effort: a counter of the wrong type does not stop the filing).
+-- Refuses, changing nothing, when KEYS[2] is not a sorted set: the job stays held.
+-- The release (DEL) is the first write: at maxmemory (noeviction) the filing goes through.
 if redis.call("LINDEX", KEYS[1], 1) ~= ARGV[7] then
   return "gone"
+end
+if ARGV[1] ~= "drop" then
+  local bad = wrong_type(KEYS[2], "zset")
+  if bad then
+    return redis.error_reply(bad)
+  end
 end
 redis.call("DEL", KEYS[1])
 if ARGV[1] ~= "drop" then
@@ -28,8 +36,8 @@ if ARGV[1] == "dead" then
   redis.call("ZREMRANGEBYRANK", KEYS[2], 0, -(tonumber(ARGV[6]) + 1))
 end
 for i = 3, 6 do
-  redis.call("INCR", KEYS[i])
+  try("INCR", KEYS[i])
 end
-redis.call("EXPIRE", KEYS[4], ARGV[4])
-redis.call("EXPIRE", KEYS[6], ARGV[4])
+try("EXPIRE", KEYS[4], ARGV[4])
+try("EXPIRE", KEYS[6], ARGV[4])
 return ARGV[1]

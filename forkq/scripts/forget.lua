@@ -18,6 +18,6 @@ if ARGV[1] ~= "" then
     return 0
   end
 end
-redis.call("SREM", KEYS[4], ARGV[2])
 redis.call("DEL", KEYS[5], KEYS[6])
+try("SREM", KEYS[4], ARGV[2])
 return 1

@@ -11,10 +11,15 @@
 -- DEL, only then too. Returns 1 on success, 0 when the lease is someone else's (or
 -- nobody's, for renew and release). The mirror is written only when it is absent or
 -- already ours, so a Sidekiq Enterprise leader sharing the Redis keeps its badge.
+-- KEYS[1] is forkq's own: when it holds another type than a string, nobody holds the
+-- lease, and acquire replaces it (returning 2, so that the caller reports it).
 local op, token, ttl, identity = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
 local function mirror(show)
-  local shown = redis.call("GET", KEYS[2])
+  local shown = try("GET", KEYS[2])
+  if type(shown) == "table" then  -- not a string: not ours to touch
+    return
+  end
   if show and (not shown or shown == identity) then
     redis.call("SET", KEYS[2], identity, "PX", ttl)
   elseif not show and shown == identity then
@@ -22,14 +27,19 @@ local function mirror(show)
   end
 end
 
+local held = redis.call("TYPE", KEYS[1])["ok"]
 if op == "acquire" then
+  local replaced = held ~= "none" and held ~= "string"
+  if replaced then
+    redis.call("DEL", KEYS[1])
+  end
   if not redis.call("SET", KEYS[1], token, "NX", "PX", ttl) then
     return 0
   end
   mirror(true)
-  return 1
+  return replaced and 2 or 1
 end
-if redis.call("GET", KEYS[1]) ~= token then
+if held ~= "string" or redis.call("GET", KEYS[1]) ~= token then
   return 0
 end
 if op == "renew" then

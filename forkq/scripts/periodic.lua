@@ -9,9 +9,14 @@
 -- ARGV[5]  the queue name
 --
 -- Returns 1 when the tick was handled now, 0 when a tick at or after it was handled
--- before (by this leader or an earlier one), -1 without the lease.
+-- before (by this leader or an earlier one), -1 without the lease. Refuses, changing
+-- nothing, when KEYS[2] or KEYS[3] holds another type.
 if redis.call("GET", KEYS[1]) ~= ARGV[1] then
   return -1
+end
+local bad = wrong_type(KEYS[2], "hash") or (ARGV[4] ~= "" and wrong_type(KEYS[3], "list"))
+if bad then
+  return redis.error_reply(bad)
 end
 local last = redis.call("HGET", KEYS[2], ARGV[2])
 if last and tonumber(last) >= tonumber(ARGV[3]) then
@@ -20,6 +25,6 @@ end
 redis.call("HSET", KEYS[2], ARGV[2], ARGV[3])
 if ARGV[4] ~= "" then
   redis.call("LPUSH", KEYS[3], ARGV[4])
-  redis.call("SADD", KEYS[4], ARGV[5])
+  try("SADD", KEYS[4], ARGV[5])
 end
 return 1

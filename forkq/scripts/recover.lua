@@ -21,7 +21,9 @@
 -- the owner's master and child gone (same kernel run, pid free or reused). Nothing happens either if KEYS[2] no longer
 -- holds ARGV[2]. Otherwise the job goes back to the right end of its queue (the next
 -- one fetched), or to the dead set at the death limit; KEYS[2] is deleted and
--- unregistered. Returns "requeued", "dead", "dropped" or "empty"; or -1 without the
+-- unregistered. A first element that names no queue:<name> key sends the job to
+-- queue:default. Refuses, changing nothing, when the queue, KEYS[6] or KEYS[7] holds
+-- another type. Returns "requeued", "dead", "dropped" or "empty"; or -1 without the
 -- lease, -2 when the owner is alive, -3 when the list changed.
 if ARGV[1] ~= "" then
   if redis.call("GET", KEYS[1]) ~= ARGV[1] then
@@ -31,10 +33,17 @@ if ARGV[1] ~= "" then
     return -2
   end
 end
-local queue = redis.call("LINDEX", KEYS[2], 0)
+local queue = queue_key(redis.call("LINDEX", KEYS[2], 0))
 local job = redis.call("LINDEX", KEYS[2], 1)
 if (job or "") ~= ARGV[2] then
   return -3
+end
+if job then
+  local bad = wrong_type(queue, "list") or wrong_type(KEYS[7], "zset")
+    or (ARGV[3] == "count" and wrong_type(KEYS[6], "string"))
+  if bad then
+    return redis.error_reply(bad)
+  end
 end
 local outcome = "empty"
 if job then
@@ -57,5 +66,5 @@ if job then
   end
 end
 redis.call("DEL", KEYS[2])
-redis.call("SREM", KEYS[3], KEYS[2])
+try("SREM", KEYS[3], KEYS[2])
 return outcome

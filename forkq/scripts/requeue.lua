@@ -8,14 +8,20 @@
 -- is the next one fetched (Sidekiq's requeue on shutdown does the same RPUSH). Its
 -- bytes are unchanged. The queue key is read from the list, so this script touches
 -- one key that is not in KEYS: fine on a single Redis, not on Redis Cluster (not a
--- goal, as for Sidekiq). Returns the job, or false when the list was empty.
-local queue = redis.call("LINDEX", KEYS[1], 0)
+-- goal, as for Sidekiq). A first element that names no queue:<name> key sends the job
+-- to queue:default. Refuses, changing nothing, when that queue key holds another type.
+-- Returns the job, or false when the list was empty.
+local queue = queue_key(redis.call("LINDEX", KEYS[1], 0))
 local job = redis.call("LINDEX", KEYS[1], 1)
-if queue and job then
+if job then
+  local bad = wrong_type(queue, "list")
+  if bad then
+    return redis.error_reply(bad)
+  end
   redis.call("RPUSH", queue, job)
 end
 redis.call("DEL", KEYS[1])
 if ARGV[1] == "1" then
-  redis.call("SREM", KEYS[2], KEYS[1])
+  try("SREM", KEYS[2], KEYS[1])
 end
 return job or false
