@@ -50,6 +50,7 @@ import redis
 
 from forkq import keys, localproof, logs
 from forkq.errors import EXIT_ORPHANED
+from forkq.scripts import source
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class ChildBeat:
         self._orphan_grace = orphan_grace
         self._orphaned_at: float | None = None
         self._redis = client
+        self._script = client.register_script(source("beat"))  # goes through at maxmemory
         self._key = keys.beats(identity)
         self._pid = pid
         self._start = localproof.start_time(pid)  # with the pid, names this process instance
@@ -144,13 +146,8 @@ class ChildBeat:
             job = {**job, "payload": job["payload"].decode("utf-8", "replace")}
         entry = json.dumps({"at": time.time(), "seq": self._seq, "job": job,
                             "loops": self.loops, "start": self._start})
-        try:
-            with self._redis.pipeline(transaction=False) as pipe:
-                pipe.hset(self._key, str(self._pid), entry)
-                pipe.expire(self._key, keys.PROCESS_TTL)
-                pipe.execute()
-        except redis.RedisError:
-            pass
+        with contextlib.suppress(redis.RedisError):
+            self._script(keys=[self._key], args=[self._pid, entry, keys.PROCESS_TTL])
 
     def _dump_stack(self) -> None:
         job = self.job

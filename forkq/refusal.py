@@ -34,11 +34,13 @@ def is_refusal(exc: BaseException) -> bool:
     return isinstance(exc, redis.ResponseError)
 
 
-WHY = {
-    "OOM": "Redis is at maxmemory with the noeviction policy and refuses writes that grow "
-           "it; waiting until it has room",
-    "READONLY": "this Redis is a read-only replica; point redis_url at the master",
-    "NOPERM": "the ACL user may not run this command or touch this key",
+WHY: dict[type[redis.ResponseError], str] = {
+    redis.exceptions.OutOfMemoryError: "Redis is at maxmemory with the noeviction policy and "
+                                       "refuses writes that grow it; waiting until it has room",
+    redis.exceptions.ReadOnlyError: "this Redis is a read-only replica; point redis_url at "
+                                    "the master",
+    redis.exceptions.NoPermissionError: "the ACL user may not run this command or touch this "
+                                        "key",
 }
 
 
@@ -48,7 +50,7 @@ def describe(exc: BaseException, key: str | None = None) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if key is not None and text.startswith("WRONGTYPE") and "forkq:" not in text:
         return f"WRONGTYPE: key {key!r} holds the wrong kind of value"
-    why = WHY.get(text.split(" ", 1)[0])
+    why = next((why for kind, why in WHY.items() if isinstance(exc, kind)), "")
     return f"{text} ({why})" if why else text
 
 

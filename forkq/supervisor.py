@@ -114,6 +114,7 @@ class Supervisor:
         self._next_beat = 0.0
         self._outage = Outage(log, "; not culling processors while their beats cannot be read")
         self._beats_unread = False  # the last read of the children's beats failed
+        self._turn_due: float | None = None  # monotonic: when the last wait was to end
         self._ready_sent = False
         self._refused = Recurring(log)  # keys of the process record Redis refuses
         self._status = ""
@@ -175,9 +176,10 @@ class Supervisor:
 
     def loop_once(self, now: float) -> None:
         """One turn: signals → reap → watch → stop or top up → beat → title and notify."""
+        self._check_stall(now)
         planned = self._wait_time(now)
+        self._turn_due = now + planned
         received, ready = self._pipe.wait(planned, also=self.pool.report_fds())
-        self._check_stall(planned, time.monotonic() - now)
         for signum in received:
             self.dispatch(signum)
         self.pool.read_reports(ready)
@@ -330,11 +332,13 @@ class Supervisor:
         self.pool.watch(beats, now)
         self.scheduler.watch(beats, now)
 
-    def _check_stall(self, planned: float, waited: float) -> None:
-        """A wait that overran by more than STALL_SLACK means this master was stopped (a
-        SIGSTOP of its process group, a cgroup freeze, a paused VM) along with its children:
-        their silence meanwhile is not theirs, so they get a fresh liveness window."""
-        stalled = overslept(planned, waited)
+    def _check_stall(self, now: float) -> None:
+        """A turn that began more than STALL_SLACK after the previous turn's wait was due to
+        end means this master was stopped (a SIGSTOP of its process group, a cgroup freeze,
+        a paused VM) along with its children: their silence meanwhile is not theirs, so
+        they get a fresh liveness window. (A turn held up by Redis calls that time out
+        counts too: the children cannot beat then either.)"""
+        stalled = overslept(self._turn_due, now)
         if stalled:
             log.warning("the master was stalled for %.0fs (stopped or frozen): giving the "
                         "processors a fresh liveness window", stalled)
@@ -450,10 +454,11 @@ class Supervisor:
             log.info("embedded server stopped")
 
 
-def overslept(planned: float, waited: float, slack: float = STALL_SLACK) -> float:
-    """How long a wait planned for ``planned`` seconds that took ``waited`` seconds was
-    stopped, when it overran by more than ``slack``; else 0."""
-    return waited - planned if waited - planned > slack else 0.0
+def overslept(due: float | None, now: float, slack: float = STALL_SLACK) -> float:
+    """How long past ``due`` (when the loop's last wait was to end; None before the first)
+    the loop turned at ``now``, when that is more than ``slack`` seconds; else 0."""
+    late = 0.0 if due is None else now - due
+    return late if late > slack else 0.0
 
 
 def _queues(config: Config) -> str:

@@ -103,6 +103,13 @@ class Hog(Job, name="Hog"):
         _note("test:ran", marker="hog", jid=self.jid, pid=os.getpid())
 
 
+class Silent(Job, name="Silent"):
+    """Does nothing and writes nothing (for a Redis that refuses writes)."""
+
+    def perform(self, *args: Any) -> None:
+        """Nothing."""
+
+
 class Stamp(Job, name="Stamp"):
     """Records when it started, with the time it was scheduled for."""
 

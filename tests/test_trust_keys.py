@@ -1,0 +1,385 @@
+"""Keys of the wrong type and refusing servers: no job lost, the log names the key.
+
+Issue #11, findings 2-5 and 8, on the real Redis (and the real daemon where it is
+behaviour): every script that moves a job checks the keys it writes before its first
+write and refuses naming the key (Redis keeps a failed script's earlier writes); a bad
+queue key is skipped while the others flow; culling pauses only while the children's
+beats cannot be read; a daemon starts working at maxmemory; a frozen daemon does not
+kill its own healthy children.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+import pytest
+import redis
+
+import forkq
+from forkq import due, fetch, keys, orphans, periodic, retry
+from forkq.embedded import EmbeddedServer
+from forkq.jobsets import RetrySet
+from forkq.lease import Lease
+
+from .conftest import Daemon, records, until
+from .test_supervision import push
+
+TOKEN = "tester:1:aaaaaaaaaaaa:1:00000000"
+INFLIGHT = "forkq:inflight:gone-host:1:aaaaaaaaaaaa:7"
+
+
+def _job(jid: str = "a" * 24, queue: str = "default", **fields: Any) -> str:
+    return json.dumps({"class": "Record", "args": [], "queue": queue, "jid": jid,
+                       "retry": True, "created_at": 1.0, **fields})
+
+
+def _wrong(r: redis.Redis, key: str, kind: str = "string") -> None:
+    """Make ``key`` hold a value of ``kind`` (string or hash)."""
+    r.delete(key)
+    if kind == "hash":
+        r.hset(key, "x", "y")
+    else:
+        r.set(key, "not what forkq expects")
+
+
+def _refusal(exc: pytest.ExceptionInfo[redis.ResponseError], key: str, kind: str) -> None:
+    assert f"WRONGTYPE forkq: key '{key}' holds a {kind}" in str(exc.value), exc.value
+
+
+# --- the scripts, one by one: each target of the wrong type in turn ---------------------------
+
+
+@pytest.mark.parametrize("target", ["retry", "dead"])
+def test_filing_a_failure_into_a_wrong_typed_set_keeps_the_job_held(r: redis.Redis,
+                                                                    target: str) -> None:
+    job = _job().encode()
+    r.rpush("forkq:inflight:h:1:bbbbbbbbbbbb:2", "queue:default", job)
+    _wrong(r, target)
+    failure = retry.Failure(target, _job(error_class="E"), 1.0)
+    with pytest.raises(redis.ResponseError) as refused:
+        retry.file(r, "forkq:inflight:h:1:bbbbbbbbbbbb:2", failure, held=job)
+    _refusal(refused, target, "string")
+    assert r.lrange("forkq:inflight:h:1:bbbbbbbbbbbb:2", 0, -1) == [b"queue:default", job]
+    assert r.get(target) == b"not what forkq expects" and not r.exists("stat:failed")
+
+
+def test_filing_goes_on_past_counters_of_the_wrong_type(r: redis.Redis) -> None:
+    job = _job().encode()
+    r.rpush("forkq:inflight:h:1:bbbbbbbbbbbb:2", "queue:default", job)
+    _wrong(r, "stat:failed", "hash")
+    assert retry.file(r, "forkq:inflight:h:1:bbbbbbbbbbbb:2",
+                      retry.Failure("retry", _job(error_class="E"), 1.0), held=job)
+    assert r.zcard("retry") == 1 and not r.exists("forkq:inflight:h:1:bbbbbbbbbbbb:2")
+
+
+def test_moving_due_jobs_leaves_those_for_a_bad_queue_and_moves_the_rest(
+        r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    r.set(keys.LEADER, TOKEN)
+    stuck = [_job(f"{n:024x}") for n in range(5)]
+    r.zadd("schedule", {job: 1.0 for job in stuck})
+    r.zadd("schedule", {_job("f" * 24, queue="other"): 2.0})
+    _wrong(r, "queue:default")
+    with caplog.at_level(logging.ERROR):
+        assert due.move_due(r, TOKEN, time.time()) == 1
+    assert sorted(m.decode() for m in r.zrange("schedule", 0, -1)) == sorted(stuck)
+    assert r.llen("queue:other") == 1 and r.get("queue:default") == b"not what forkq expects"
+    assert "'queue:default'" in caplog.text and "holds a string" in caplog.text
+    r.delete("queue:default")
+    assert due.move_due(r, TOKEN, time.time()) == 5 and r.zcard("schedule") == 0
+
+
+def test_a_wrong_typed_schedule_set_is_reported_and_retry_still_moves(
+        r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    r.set(keys.LEADER, TOKEN)
+    _wrong(r, "schedule", "hash")
+    r.zadd("retry", {_job(): 1.0})
+    with caplog.at_level(logging.ERROR):
+        assert due.next_due(r) == 1.0
+        assert due.move_due(r, TOKEN, time.time()) == 1
+    assert "'schedule'" in caplog.text and r.llen("queue:default") == 1
+
+
+@pytest.mark.parametrize("action", ["retry", "kill"])
+def test_an_operator_action_into_a_wrong_typed_key_changes_nothing(r: redis.Redis,
+                                                                  action: str) -> None:
+    member = _job(error_class="E", retry_count=0)
+    r.zadd("retry", {member: 1.0})
+    target = "queue:default" if action == "retry" else "dead"
+    _wrong(r, target)
+    entries = RetrySet(r)
+    entry = next(iter(entries.entries(10)))
+    with pytest.raises(redis.ResponseError) as refused:
+        getattr(entries, action)(entry)
+    _refusal(refused, target, "string")
+    assert r.zrange("retry", 0, -1) == [member.encode()]
+
+
+@pytest.mark.parametrize("target", ["queue:default", "dead", "forkq:kills:" + "a" * 24])
+def test_recovering_an_orphan_into_a_wrong_typed_key_leaves_the_list(
+        r: redis.Redis, target: str, caplog: pytest.LogCaptureFixture) -> None:
+    r.set(keys.LEADER, TOKEN)
+    job = _job().encode()
+    r.rpush(INFLIGHT, "queue:default", job)
+    r.sadd(keys.INFLIGHT_REGISTRY, INFLIGHT)
+    if target == "dead":
+        r.set("forkq:kills:" + "a" * 24, 2)  # the third death buries it
+    _wrong(r, target, "hash")
+    with caplog.at_level(logging.ERROR):
+        assert orphans.sweep(r, TOKEN, now=time.time()) == []
+    assert f"WRONGTYPE forkq: key '{target}' holds a hash" in caplog.text
+    assert r.lrange(INFLIGHT, 0, -1) == [b"queue:default", job]
+    assert r.sismember(keys.INFLIGHT_REGISTRY, INFLIGHT)
+    r.delete(target)
+    assert [x.outcome for x in orphans.sweep(r, TOKEN, now=time.time())] == [
+        "requeued" if target != "dead" else "dead"]
+
+
+def test_recovery_goes_on_past_a_wrong_typed_process_set(r: redis.Redis) -> None:
+    r.set(keys.LEADER, TOKEN)
+    r.rpush(INFLIGHT, "queue:default", _job())
+    r.sadd(keys.INFLIGHT_REGISTRY, INFLIGHT)
+    _wrong(r, keys.PROCESSES, "hash")
+    assert [x.outcome for x in orphans.sweep(r, TOKEN, now=time.time())] == ["requeued"]
+    assert r.llen("queue:default") == 1
+
+
+def test_an_in_flight_list_naming_no_queue_gives_its_job_back_to_default(r: redis.Redis) -> None:
+    r.rpush("forkq:inflight:h:1:bbbbbbbbbbbb:3", "stat:processed", b"job")
+    assert fetch.requeue(r, "forkq:inflight:h:1:bbbbbbbbbbbb:3", unregister=True) == b"job"
+    assert r.lrange("queue:default", 0, -1) == [b"job"] and not r.exists("stat:processed")
+
+
+def test_requeueing_into_a_wrong_typed_queue_leaves_the_list(r: redis.Redis) -> None:
+    r.rpush("forkq:inflight:h:1:bbbbbbbbbbbb:3", "queue:default", b"job")
+    _wrong(r, "queue:default", "hash")
+    with pytest.raises(redis.ResponseError) as refused:
+        fetch.requeue(r, "forkq:inflight:h:1:bbbbbbbbbbbb:3", unregister=True)
+    _refusal(refused, "queue:default", "hash")
+    assert r.lrange("forkq:inflight:h:1:bbbbbbbbbbbb:3", 0, -1) == [b"queue:default", b"job"]
+
+
+@pytest.mark.parametrize("target", ["queue:default", keys.PERIODIC])
+def test_a_periodic_tick_into_a_wrong_typed_key_is_not_marked(r: redis.Redis,
+                                                              target: str) -> None:
+    r.set(keys.LEADER, TOKEN)
+    _wrong(r, target)
+    with pytest.raises(redis.ResponseError) as refused:
+        periodic.fire(r, TOKEN, name="nightly", tick=60.0, payload=json.loads(_job()))
+    _refusal(refused, target, "string")
+    assert r.type(keys.PERIODIC) in (b"none", b"string") and r.type("queue:default") in (
+        b"none", b"string")
+    assert not r.exists(keys.PERIODIC) or target == keys.PERIODIC
+
+
+def test_a_lease_key_of_another_type_is_taken_over(r: redis.Redis,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    _wrong(r, keys.LEADER, "hash")
+    _wrong(r, keys.DEAR_LEADER, "hash")  # not ours to touch
+    lease = Lease(r, identity="h:1:cccccccccccc", pid=5, ttl=10)
+    with caplog.at_level(logging.WARNING):
+        assert lease.acquire()
+    assert r.get(keys.LEADER) == lease.token.encode()  # type: ignore[union-attr]
+    assert "'forkq:leader'" in caplog.text and r.type(keys.DEAR_LEADER) == b"hash"
+    assert lease.renew()
+
+
+def test_a_fetch_skips_a_wrong_typed_queue_and_takes_the_next(r: redis.Redis) -> None:
+    _wrong(r, "queue:default")
+    r.lpush("queue:other", b"job")
+    fetcher = fetch.Fetcher(r, "forkq:inflight:h:1:dddddddddddd:4",
+                            queues=[("default", 1), ("other", 1)], strict=True, rng=None)  # type: ignore[arg-type]
+    found = fetcher.ack_and_fetch(ack=None)
+    assert found == fetch.Fetch(fetch.Fetched("other", b"job"), [("queue:default", "string")])
+    assert fetcher.ack_and_fetch(ack=b"job") == fetch.Fetch(None, [("queue:default", "string")])
+
+
+def test_a_fetch_into_a_wrong_typed_in_flight_list_moves_nothing(r: redis.Redis) -> None:
+    r.lpush("queue:default", b"job")
+    _wrong(r, "forkq:inflight:h:1:dddddddddddd:4", "hash")
+    fetcher = fetch.Fetcher(r, "forkq:inflight:h:1:dddddddddddd:4",
+                            queues=[("default", 1)], strict=True, rng=None)  # type: ignore[arg-type]
+    with pytest.raises(redis.ResponseError) as refused:
+        fetcher.ack_and_fetch(ack=None)
+    _refusal(refused, "forkq:inflight:h:1:dddddddddddd:4", "hash")
+    assert r.lrange("queue:default", 0, -1) == [b"job"]
+
+
+# --- the daemon: each key of the wrong type in turn -------------------------------------------
+
+CONFIG = """
+concurrency: 2
+require: jobs
+log_level: info
+leader_lease_ttl: 4
+orphan_sweep_interval: 1
+queues: [default, other]
+"""
+
+NAMED = {  # what the log says when the key holds the wrong type
+    "retry": "key 'retry' holds a string",
+    "dead": "key 'dead' holds a string",
+    "schedule": "'schedule'",
+    "queue:default": "'queue:default' holds a string",
+    "processes": "'processes'",
+    keys.LEADER: "'forkq:leader' held another type",
+}
+
+
+@pytest.mark.parametrize("key", list(NAMED))
+def test_a_wrong_typed_key_loses_no_job_and_the_log_names_it(r: redis.Redis, daemon: Any,
+                                                            key: str) -> None:
+    _wrong(r, key, "hash" if key == keys.LEADER else "string")
+    d = daemon(CONFIG)
+    d.wait_children(2)
+    client = forkq.Client(r)
+    ran = [push(r, "Record", n, queue="other") for n in range(3)]
+    if key != "queue:default":
+        ran += [push(r, "Record", n) for n in range(3)]
+    if key != "schedule":
+        ran += [client.push({"class": "Record", "args": ["later"], "at": time.time() + 1})
+                or "" for _ in range(2)]
+    retried = [client.push({"class": "Boom", "args": ["b"], "queue": "other", "retry": 2})
+               or "" for _ in range(2)]
+    buried = [client.push({"class": "Boom", "args": ["b"], "queue": "other", "retry": 0})
+              or "" for _ in range(2)]
+    until(lambda: NAMED[key] in d.log(), 20, d.log())
+    if key != keys.LEADER:
+        r.delete(key)  # the operator mends it; forkq replaced its own lease key itself
+    until(lambda: {row["jid"] for row in records(r)} >= set(ran), 30, d.log())
+    until(lambda: _jids(r, "retry") >= set(retried) and _jids(r, "dead") >= set(buried), 30,
+          d.log())
+    runs = [row["jid"] for row in records(r)]
+    assert sorted(runs) == sorted(ran), "every job ran exactly once"
+    assert _alive(d)
+
+
+def _jids(r: redis.Redis, zset: str) -> set[str]:
+    return {json.loads(member)["jid"] for member in r.zrange(zset, 0, -1)}
+
+
+def _alive(d: Daemon) -> bool:
+    assert d.process is not None
+    return d.process.poll() is None
+
+
+def test_a_bad_queue_key_stops_no_other_queue(r: redis.Redis, daemon: Any) -> None:
+    _wrong(r, "queue:default")
+    d = daemon(CONFIG + "strict: true\n")
+    d.wait_children(2)
+    jids = [push(r, "Record", n, queue="other") for n in range(5)]
+    until(lambda: {row["jid"] for row in records(r)} >= set(jids), 15, d.log())
+    until(lambda: "queue key 'queue:default' holds a string, not a list; skipped" in d.log(), 5)
+    assert d.log().count("queue key 'queue:default' holds a string") <= 2  # one per child
+    assert "Redis unavailable" not in d.log()
+
+
+# --- culling while one periodic step keeps failing --------------------------------------------
+
+
+def test_a_stopped_child_is_culled_while_the_process_record_is_refused(r: redis.Redis,
+                                                                       daemon: Any) -> None:
+    _wrong(r, keys.PROCESSES, "hash")
+    d = daemon("concurrency: 2\nrequire: jobs\nliveness_timeout: 10\nscheduler: false\n")
+    victim, *_ = d.wait_children(2)
+    until(lambda: "cannot write the process record to 'processes'" in d.log(), 15, d.log())
+    os.kill(victim.pid, signal.SIGSTOP)
+    try:
+        until(lambda: not victim.is_running() or victim.status() == psutil.STATUS_ZOMBIE, 25,
+              f"the stopped child was not culled:\n{d.log()}")
+    finally:
+        if victim.is_running():
+            os.kill(victim.pid, signal.SIGCONT)
+    assert "no heartbeat for" in d.log() and "Redis unavailable" not in d.log()
+    jids = [push(r, "Record", n) for n in range(3)]
+    until(lambda: {row["jid"] for row in records(r)} >= set(jids), 15, d.log())
+    assert r.hgetall(f"{_identity(d)}")  # the rest of the process record is still written
+
+
+def _identity(d: Daemon) -> str:
+    for line in d.log().splitlines():
+        if "identity " in line:
+            return line.split("identity ", 1)[1].split(",", 1)[0]
+    raise AssertionError(d.log())
+
+
+# --- a daemon started while Redis is at maxmemory ---------------------------------------------
+
+
+@pytest.fixture
+def full_server() -> Iterator[EmbeddedServer]:
+    """A throwaway server of its own, to be filled past its maxmemory."""
+    data_dir = tempfile.mkdtemp(prefix="fq-oom-")
+    srv = EmbeddedServer(data_dir, persistent=False, binary=shutil.which("redis-server"))
+    srv.start()
+    try:
+        yield srv
+    finally:
+        with redis.Redis(unix_socket_path=srv.socket) as client:
+            client.config_set("maxmemory", 0)
+        srv.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_a_daemon_started_at_maxmemory_works_and_says_why_writes_wait(
+        r: redis.Redis, daemon: Any, full_server: EmbeddedServer) -> None:
+    full = redis.Redis(unix_socket_path=full_server.socket)
+    jids = [forkq.Client(full).push({"class": "Silent", "args": [n]}) for n in range(20)]
+    with full.pipeline(transaction=False) as pipe:  # small values: no big query buffer
+        for n in range(2000):
+            pipe.set(f"filler:{n}", b"x" * 1000)
+        pipe.execute()
+    used = int(full.info("memory")["used_memory"])
+    full.config_set("maxmemory-policy", "noeviction")
+    full.config_set("maxmemory", used - 500_000)
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        full.sadd("probe", "x")
+    d = daemon("concurrency: 2\nrequire: jobs\n", redis_url=full_server.url)
+    until(lambda: full.llen("queue:default") == 0, 20, d.log())
+    until(lambda: int(full.get("stat:processed") or 0) == len(jids), 10, d.log())
+    assert not full.keys("forkq:inflight:*:*") or all(
+        full.llen(k) == 0 for k in full.keys("forkq:inflight:*:*"))
+    assert full.zcard("retry") == full.zcard("dead") == 0
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        full.sadd("probe", "x")  # still full: all of it ran at maxmemory
+    assert "maxmemory with the noeviction policy" in d.log()
+    assert "Redis unavailable" not in d.log()
+    beats = f"forkq:beats:{_identity(d)}"
+    seqs = _seqs(full, beats)
+    until(lambda: all(_seqs(full, beats).get(pid, 0) > seq for pid, seq in seqs.items()), 10,
+          "the children's beats must go on at maxmemory, or the master culls them")
+    assert len(seqs) == 3 and _alive(d)  # two processors and the scheduler
+
+
+def _seqs(client: redis.Redis, key: str) -> dict[bytes, int]:
+    return {pid: json.loads(beat)["seq"] for pid, beat in client.hgetall(key).items()}
+
+
+# --- a frozen daemon ---------------------------------------------------------------------------
+
+
+def test_a_daemon_frozen_longer_than_liveness_timeout_keeps_its_children(
+        r: redis.Redis, daemon: Any) -> None:
+    d = daemon("concurrency: 2\nrequire: jobs\nliveness_timeout: 10\n", new_session=True)
+    children = {child.pid for child in d.wait_children(2)}
+    jids = [push(r, "Sleep", 16, f"frozen-{n}") for n in range(2)]
+    until(lambda: {row["jid"] for row in records(r, "test:started")} >= set(jids), 15, d.log())
+    os.killpg(d.pid, signal.SIGSTOP)
+    try:
+        frozen_until = time.monotonic() + 13  # longer than liveness_timeout: the scenario
+        until(lambda: time.monotonic() >= frozen_until, 20)
+    finally:
+        os.killpg(d.pid, signal.SIGCONT)
+    until(lambda: {row["jid"] for row in records(r)} >= set(jids), 30, d.log())
+    assert sorted(row["jid"] for row in records(r, "test:started")) == sorted(jids)
+    assert not r.keys("forkq:kills:*"), "no death was charged"
+    assert {child.pid for child in d.children()} == children
+    assert "the master was stalled for" in d.log() and "killed:" not in d.log()
