@@ -27,6 +27,7 @@ from forkq.connection import connect
 from forkq.errors import (
     EXIT_CONFIG,
     EXIT_FAILURE,
+    EXIT_NOPERM,
     EXIT_NOT_FOUND,
     EXIT_UNAVAILABLE,
     ConfigError,
@@ -70,6 +71,9 @@ def _failure(exc: ForkqError | redis.RedisError) -> tuple[int, str]:
         return EXIT_CONFIG, f"config error: {exc}"
     if isinstance(exc, NotFoundError):
         return EXIT_NOT_FOUND, str(exc)
+    if isinstance(exc, redis.AuthenticationError | redis.exceptions.NoPermissionError):
+        return EXIT_NOPERM, (f"Redis refused authentication: {exc} (check the password or "
+                             "ACL user in redis_url)")
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
         return EXIT_UNAVAILABLE, f"Redis did not answer: {exc}"
     if isinstance(exc, redis.RedisError):

@@ -8,6 +8,15 @@ Wire protocol (Sidekiq's, sidekiq-wire.md §2), one round trip per call:
   ``enqueued_at``; an ``at`` in the past pushes immediately.
 
 An ``at`` or interval below 1,000,000,000 is relative to now, as Sidekiq.
+
+A push never hangs: a client that builds its own connection gives every reply
+``timeout`` seconds and every connect ``connect_timeout`` seconds (5 and 5 by default;
+``FORKQ_CLIENT_TIMEOUT`` / ``FORKQ_CLIENT_CONNECT_TIMEOUT`` for the default client).
+Whatever goes wrong in Redis, ``push``, ``push_bulk`` and ``perform_*`` raise one
+exception, :class:`~forkq.errors.EnqueueError`, telling the jobs enqueued from those
+certainly not enqueued and those whose fate is unknown (the command was sent, the reply
+never came: a blind retry may enqueue twice). Bad arguments raise TypeError/ValueError
+before any I/O.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import redis
 from forkq import keys
 from forkq import payload as payloads
 from forkq.connection import connect
+from forkq.errors import EnqueueError
 from forkq.middleware import Chain
 
 ClientChain = Chain[payloads.Payload, payloads.Payload]
@@ -47,9 +57,14 @@ class Client:
         url: str | None = None,
         embedded_dir: str | None = None,
         middleware: ClientChain | None = None,
+        timeout: float | None = None,
+        connect_timeout: float | None = None,
     ) -> None:
         if redis_client is None:
-            redis_client = connect(url or _env_url(), embedded_dir=embedded_dir or _env_dir())
+            redis_client = connect(
+                url or _env_url(), embedded_dir=embedded_dir or _env_dir(),
+                socket_timeout=timeout or _env_seconds("FORKQ_CLIENT_TIMEOUT"),
+                connect_timeout=connect_timeout or _env_seconds("FORKQ_CLIENT_CONNECT_TIMEOUT"))
         self.redis = redis_client
         self.middleware: ClientChain = middleware if middleware is not None else MIDDLEWARE
 
@@ -88,21 +103,54 @@ class Client:
         return self.middleware.run(payload, lambda: payload)
 
     def _send(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> None:
-        """One pipeline: ZADD the future jobs; SADD + one LPUSH per queue for the rest."""
+        """One pipeline: ZADD the future jobs; SADD + one LPUSH per queue for the rest.
+
+        Raises :class:`EnqueueError` unless every job's command succeeded (the ``queues``
+        index is best effort: a job whose LPUSH succeeded is enqueued)."""
         if not jobs:
             return
         pipe = self.redis.pipeline(transaction=False)
-        immediate: dict[str, list[str]] = {}
+        carried: list[list[str]] = []  # the jids each command carries ([] for the index)
+        immediate: dict[str, list[payloads.Payload]] = {}
         for payload, at in jobs:
             if at is not None and at > now:
                 pipe.zadd(keys.SCHEDULE, {payloads.encode(payload): at})
+                carried.append([payload["jid"]])
             else:
                 payload["enqueued_at"] = now
-                immediate.setdefault(payload["queue"], []).append(payloads.encode(payload))
-        for queue, encoded in immediate.items():
+                immediate.setdefault(payload["queue"], []).append(payload)
+        for queue, batch in immediate.items():
             pipe.sadd(keys.QUEUES, queue)
-            pipe.lpush(keys.queue(queue), *encoded)
-        pipe.execute()
+            pipe.lpush(keys.queue(queue), *map(payloads.encode, batch))
+            carried += [[], [str(payload["jid"]) for payload in batch]]
+        jids = [jid for group in carried for jid in group]
+        try:
+            results = pipe.execute(raise_on_error=False)
+        except redis.RedisError as exc:
+            sent = not _before_sending(exc)
+            raise EnqueueError(f"not enqueued{' (or unknown)' if sent else ''}: {exc}",
+                               enqueued=[], not_enqueued=[] if sent else jids,
+                               unknown=jids if sent else []) from exc
+        _check_results(carried, results)
+
+
+def _check_results(carried: list[list[str]], results: list[Any]) -> None:
+    """Raise EnqueueError when Redis refused a command that carries jobs."""
+    refused = [(group, result) for group, result in zip(carried, results, strict=True)
+               if group and isinstance(result, Exception)]
+    if not refused:
+        return
+    failed = [jid for group, _ in refused for jid in group]
+    done = [jid for group, result in zip(carried, results, strict=True)
+            if not isinstance(result, Exception) for jid in group]
+    error = refused[0][1]
+    raise EnqueueError(f"Redis refused {len(failed)} job(s): {error}", enqueued=done,
+                       not_enqueued=failed, unknown=[]) from error
+
+
+def _before_sending(exc: redis.RedisError) -> bool:
+    """Whether the error came before anything was sent (no connection could be made)."""
+    return isinstance(exc, redis.AuthenticationError) or "connecting to" in str(exc)
 
 
 def _normalize(item: Mapping[str, Any], now: float) -> payloads.Payload:
@@ -152,6 +200,23 @@ def _env_url() -> str:
 
 def _env_dir() -> str:
     return os.environ.get("FORKQ_EMBEDDED_DIR", ".forkq")
+
+
+DEFAULT_TIMEOUT = 5.0
+
+
+def _env_seconds(name: str) -> float:
+    """A positive number of seconds from the environment variable ``name`` (default 5)."""
+    text = os.environ.get(name, "")
+    if not text:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{name}={text!r}: expected a positive number of seconds")
+    return value
 
 
 _default: Client | None = None

@@ -33,18 +33,19 @@ def resolve_url(url: str, *, embedded_dir: str = ".forkq") -> str:
 
 
 def connect(
-    url: str, *, embedded_dir: str = ".forkq", socket_timeout: float | None = None
+    url: str, *, embedded_dir: str = ".forkq", socket_timeout: float | None = None,
+    connect_timeout: float = 5.0,
 ) -> redis.Redis:
-    """A client for ``url`` speaking RESP2, answering bytes, with a 5 s connect timeout.
+    """A client for ``url`` speaking RESP2, answering bytes, with a connect timeout (5 s).
 
     ``socket_timeout`` bounds every reply; callers that must never hang (the
-    master, heartbeat threads) set it.
+    master, heartbeat threads, the application's client) set it.
     """
     resolved = resolve_url(url, embedded_dir=embedded_dir)
     tcp = {} if resolved.startswith("unix:") else {"socket_keepalive": True}
     return redis.Redis.from_url(
-        resolved, protocol=2, socket_connect_timeout=5, socket_timeout=socket_timeout,
-        decode_responses=False, **tcp
+        resolved, protocol=2, socket_connect_timeout=connect_timeout,
+        socket_timeout=socket_timeout, decode_responses=False, **tcp
     )
 
 

@@ -15,6 +15,7 @@ EXIT_NOT_FOUND = 66  # EX_NOINPUT: the named process, queue or job is not there
 EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: Redis did not answer
 EXIT_SOFTWARE = 70  # EX_SOFTWARE: a child's code raised past its process boundary
 EXIT_ORPHANED = 75  # EX_TEMPFAIL: a child outlived its master by the stop timeout
+EXIT_NOPERM = 77  # EX_NOPERM: Redis refused the password or ACL user; do not restart
 EXIT_CONFIG = 78  # EX_CONFIG: bad configuration; do not restart
 EXIT_CHILD_BOOT = 79  # a processor child could not set itself up after fork; the master
 # exits with it too when its children failed to boot too many times in a row
@@ -53,6 +54,24 @@ class JobKilledError(ForkqError):
 
 # Their ``error_class`` in retry and dead entries reads ``forkq.JobTimeoutError``.
 JobTimeoutError.__module__ = JobKilledError.__module__ = "forkq"
+
+
+class EnqueueError(ForkqError):
+    """A push did not reach Redis, or its fate is unknown; raised by ``push``, ``push_bulk``
+    and ``perform_*`` (the Redis error is chained as ``__cause__``).
+
+    ``enqueued`` lists the jids Redis confirmed, ``not_enqueued`` those it certainly does
+    not hold (it could not be reached, or it refused the command), ``unknown`` those whose
+    command was sent but whose reply never came (a timeout, a dropped connection): Redis
+    may have run it. Retrying an unknown push blindly may enqueue the job twice; look for
+    its jid first (``forkq.api``'s ``Queue.find_job`` / ``ScheduledSet.find_job``)."""
+
+    def __init__(self, message: str, *, enqueued: list[str], not_enqueued: list[str],
+                 unknown: list[str]) -> None:
+        super().__init__(message)
+        self.enqueued = enqueued
+        self.not_enqueued = not_enqueued
+        self.unknown = unknown
 
 
 class NotFoundError(ForkqError):

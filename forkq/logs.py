@@ -15,6 +15,8 @@ import time
 import traceback
 from types import FrameType
 
+from forkq.errors import ConfigError
+
 _role = "master"
 
 
@@ -37,14 +39,20 @@ def configure(level: str = "info", path: str = "") -> None:
     """
     journald = bool(os.environ.get("JOURNAL_STREAM")) and not path
     fmt = "pid=%(process)d %(role)s %(levelname)s: %(message)s"
-    handler: logging.Handler = (
-        logging.FileHandler(path, encoding="utf-8") if path else logging.StreamHandler(sys.stderr)
-    )
+    handler: logging.Handler = _file_handler(path) if path else logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Formatter(fmt if journald else "%(asctime)s " + fmt))
     handler.addFilter(_RoleFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+def _file_handler(path: str) -> logging.FileHandler:
+    """A handler appending to ``path``; ConfigError naming ``log_file`` when it cannot open."""
+    try:
+        return logging.FileHandler(path, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"log_file: cannot append to {path!r}: {exc.strerror or exc}") from None
 
 
 def set_role(role: str) -> None:

@@ -5,13 +5,21 @@ from __future__ import annotations
 import contextlib
 import os
 
+from forkq.errors import ConfigError
+
 
 def write(path: str, pid: int) -> None:
-    """Write ``pid`` to ``path`` through a temporary file and a rename."""
+    """Write ``pid`` to ``path`` through a temporary file and a rename; ConfigError naming
+    ``pid_file`` when that is not possible (a missing or read-only directory)."""
     temporary = f"{path}.{pid}.tmp"
-    with open(temporary, "w", encoding="ascii") as file:
-        file.write(f"{pid}\n")
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "w", encoding="ascii") as file:
+            file.write(f"{pid}\n")
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise ConfigError(f"pid_file: cannot write {path!r}: {exc.strerror or exc}") from None
 
 
 def remove(path: str, pid: int) -> None:

@@ -138,6 +138,7 @@ class Supervisor:
             self.scheduler = SchedulerSlot(self.config, identity=self.identity,
                                            registry=self.registry, in_child=self._in_child)
             self._info = self._process_info()
+            self._check_credentials()
             self._reclaim()
             log.info("forkq %s starting: identity %s, %d processors, queues %s%s",
                      __version__, self.identity, self.config.concurrency,
@@ -157,6 +158,16 @@ class Supervisor:
             return EXIT_CHILD_BOOT
         log.info("Bye!")
         return EXIT_OK
+
+    def _check_credentials(self) -> None:
+        """Fail at once (exit 77, no restart under systemd) when Redis refuses the password or
+        ACL user; a Redis that does not answer yet is waited for, as any outage."""
+        try:
+            self.redis.ping()
+        except (redis.AuthenticationError, redis.exceptions.NoPermissionError):
+            raise
+        except redis.RedisError as exc:
+            log.warning("Redis does not answer yet (%s); waiting for it", exc)
 
     def _reclaim(self) -> None:
         """Before forking: take back the jobs of this host's gone incarnations at once."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from forkq.config import Config
-from forkq.errors import EXIT_CONFIG
+from forkq.errors import EXIT_CONFIG, EXIT_NOPERM
 from forkq.sdnotify import Notifier
 
 from .conftest import ROOT
@@ -235,7 +235,7 @@ COMMON = {
         "TimeoutStartSec": "60",
         "Restart": "on-failure",
         "RestartSec": "2",
-        "RestartPreventExitStatus": str(EXIT_CONFIG),
+        "RestartPreventExitStatus": f"{EXIT_CONFIG} {EXIT_NOPERM}",
         "WatchdogSec": "30",
         "User": "forkq",
         "Group": "forkq",
@@ -266,12 +266,16 @@ SPECIFIC = {
         "ExecStart": "/opt/forkq/venv/bin/forkq -C /etc/forkq/forkq.yml",
         "WorkingDirectory": "/var/lib/forkq",
         "StateDirectory": "forkq",
+        "LogsDirectory": "forkq",
+        "RuntimeDirectory": "forkq",
         "ReadWritePaths": "/var/lib/forkq",
     },
     "forkq@.service": {
         "ExecStart": "/opt/forkq/venv/bin/forkq -C /etc/forkq/%i.yml -g %i",
         "WorkingDirectory": "/var/lib/forkq/%i",
         "StateDirectory": "forkq/%i",
+        "LogsDirectory": "forkq/%i",
+        "RuntimeDirectory": "forkq/%i",
         "ReadWritePaths": "/var/lib/forkq/%i",
     },
 }
@@ -342,3 +346,14 @@ def test_unit_passes_systemd_analyze_verify(tmp_path: Path, name: str, as_name: 
     assert result.returncode == 0, result.stderr
     complaints = [line for line in result.stderr.splitlines() if as_name in line]
     assert complaints == [], result.stderr
+
+
+def test_the_example_log_and_pid_files_are_writable_under_the_units_hardening() -> None:
+    """etc/forkq.yml's example paths sit in the directories forkq.service makes writable
+    (LogsDirectory=, RuntimeDirectory=) despite ProtectSystem=strict."""
+    example = (ROOT / "etc" / "forkq.yml").read_text()
+    paths = dict(re.findall(r"^# (log_file|pid_file): (\S+)", example, re.MULTILINE))
+    service = read_unit(UNITS / "forkq.service")["Service"]
+    assert service["ProtectSystem"] == ["strict"]
+    assert Path(paths["log_file"]).parent == Path("/var/log") / service["LogsDirectory"][0]
+    assert Path(paths["pid_file"]).parent == Path("/run") / service["RuntimeDirectory"][0]
