@@ -32,7 +32,8 @@ forkq's own keys:
   own at boot and fetch.lua with every job it moves in; the master's requeue and the
   leader's orphan sweep remove it), so recovery never SCANs the keyspace.
 - ``forkq:beats:<identity>`` — hash, 60 s — each child's own heartbeat: child pid →
-  JSON ``{"at", "seq", "job", "loops"}``, written by the child every couple of seconds
+  JSON ``{"at", "seq", "job", "loops", "start"}``, written by the child every couple of
+  seconds (beat.lua)
   (the scheduler child too); the
   master reads it to fill ``:workers``, cull stale children and enforce job timeouts.
 - ``forkq:kills:<jid>`` — string, 7 days — how many processors died while running
