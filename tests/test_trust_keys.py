@@ -376,6 +376,9 @@ def test_a_daemon_frozen_longer_than_liveness_timeout_keeps_its_children(
     try:
         frozen_until = time.monotonic() + 13  # longer than liveness_timeout: the scenario
         until(lambda: time.monotonic() >= frozen_until, 20)
+        os.kill(d.pid, signal.SIGCONT)  # a thaw reaches processes in any order: the master
+        # first here, so its first look at the beats comes before the children's next beat
+        until(lambda: "stalled for" in d.log() or "killed:" in d.log(), 10, d.log())
     finally:
         os.killpg(d.pid, signal.SIGCONT)
     until(lambda: {row["jid"] for row in records(r)} >= set(jids), 30, d.log())
