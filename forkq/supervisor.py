@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LOOP_WAIT = 1.0
-STALL_SLACK = 5.0  # a wait that overran its timeout by more was a stopped (frozen) master
+STALL_SLACK = 5.0  # a turn that begins later than this after its wait was due: a stall
 WATCH_INTERVAL = 1.0  # read the children's heartbeats
 BEAT_INTERVAL = 5.0  # write the process record (Sidekiq 6: 5 s)
 REQUEUE_GRACE = 10.0  # after the stop deadline, how long to keep retrying Redis
@@ -351,8 +351,9 @@ class Supervisor:
         counts too: the children cannot beat then either.)"""
         stalled = overslept(self._turn_due, now)
         if stalled:
-            log.warning("the master was stalled for %.0fs (stopped or frozen): giving the "
-                        "processors a fresh liveness window", stalled)
+            log.warning("the master was stalled for %.0fs (the daemon was stopped or frozen, or "
+                        "Redis calls timed out): giving the processors a fresh liveness window",
+                        stalled)
             self._fresh_window(time.monotonic())
 
     def _beat(self) -> None:

@@ -75,6 +75,10 @@ class Daemon(DaemonProcess):
         assert self.process is not None
         self.process.wait(timeout=10)
 
+    def alive(self) -> bool:
+        """Whether the master is still running."""
+        return self.process is not None and self.process.poll() is None
+
     def children(self) -> list[psutil.Process]:
         """The master's live processor children (not the scheduler, not the embedded server),
         once they have set their process title."""

@@ -32,6 +32,7 @@ from forkq.lease import Lease
 
 from .conftest import Daemon, records, until
 from .test_supervision import push
+from .test_trust_payloads import CONFIG as PAYLOAD_CONFIG
 
 TOKEN = "tester:1:aaaaaaaaaaaa:1:00000000"
 INFLIGHT = "forkq:inflight:gone-host:1:aaaaaaaaaaaa:7"
@@ -215,14 +216,7 @@ def test_a_fetch_into_a_wrong_typed_in_flight_list_moves_nothing(r: redis.Redis)
 
 # --- the daemon: each key of the wrong type in turn -------------------------------------------
 
-CONFIG = """
-concurrency: 2
-require: jobs
-log_level: info
-leader_lease_ttl: 4
-orphan_sweep_interval: 1
-queues: [default, other]
-"""
+CONFIG = PAYLOAD_CONFIG + "queues: [default, other]\n"
 
 NAMED = {  # what the log says when the key holds the wrong type
     "retry": "key 'retry' holds a string",
@@ -259,16 +253,12 @@ def test_a_wrong_typed_key_loses_no_job_and_the_log_names_it(r: redis.Redis, dae
           d.log())
     runs = [row["jid"] for row in records(r)]
     assert sorted(runs) == sorted(ran), "every job ran exactly once"
-    assert _alive(d)
+    assert d.alive()
 
 
 def _jids(r: redis.Redis, zset: str) -> set[str]:
     return {json.loads(member)["jid"] for member in r.zrange(zset, 0, -1)}
 
-
-def _alive(d: Daemon) -> bool:
-    assert d.process is not None
-    return d.process.poll() is None
 
 
 def test_a_bad_queue_key_stops_no_other_queue(r: redis.Redis, daemon: Any) -> None:
@@ -356,7 +346,7 @@ def test_a_daemon_started_at_maxmemory_works_and_says_why_writes_wait(
     seqs = _seqs(full, beats)
     until(lambda: all(_seqs(full, beats).get(pid, 0) > seq for pid, seq in seqs.items()), 10,
           "the children's beats must go on at maxmemory, or the master culls them")
-    assert len(seqs) == 3 and _alive(d)  # two processors and the scheduler
+    assert len(seqs) == 3 and d.alive()  # two processors and the scheduler
 
 
 def _seqs(client: redis.Redis, key: str) -> dict[bytes, int]:

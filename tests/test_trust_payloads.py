@@ -60,10 +60,6 @@ def _kept_bytes(entry: dict[str, Any]) -> bytes | None:
     return None
 
 
-def _alive(d: Daemon) -> bool:
-    assert d.process is not None
-    return d.process.poll() is None
-
 
 def _assert_buried(r: redis.Redis, hostile: list[bytes], d: Daemon) -> None:
     """Each hostile payload is in ``dead``: its bytes kept exactly, or (a JSON object of the
@@ -105,7 +101,7 @@ def test_hostile_payloads_in_a_queue_are_buried_and_good_jobs_run(r: redis.Redis
     until(lambda: {row["jid"] for row in records(r)} >= set(good), 30, d.log())
     until(lambda: r.zcard("dead") == len(HOSTILE), 15, d.log())
     _assert_buried(r, HOSTILE, d)
-    assert _alive(d) and scheduler.is_running()
+    assert d.alive() and scheduler.is_running()
     assert len(d.children()) == 2
     assert "Traceback" not in d.log()
 
@@ -129,7 +125,7 @@ def test_hostile_entries_in_schedule_and_retry_are_buried_and_due_jobs_still_mov
     _assert_buried(r, [raw for raw in HOSTILE if raw], d)
     assert {row["jid"] for row in records(r)} >= set(good)
     assert r.zcard("schedule") == r.zcard("retry") == 0
-    assert _alive(d) and scheduler.is_running()
+    assert d.alive() and scheduler.is_running()
 
 
 def test_a_hostile_orphan_does_not_stop_the_sweep_over_other_dead_daemons(
@@ -152,7 +148,7 @@ def test_a_hostile_orphan_does_not_stop_the_sweep_over_other_dead_daemons(
     _assert_buried(r, [HOSTILE[0], ("[" + DEEP + "]").encode()], d)
     assert not r.exists(*lists)
     assert not [m for m in r.smembers("forkq:inflight") if b"gone-host" in m]
-    assert _alive(d) and scheduler.is_running()
+    assert d.alive() and scheduler.is_running()
 
 
 WRONG_TYPED_FIELDS: list[dict[str, Any]] = [
@@ -244,7 +240,7 @@ def test_a_storm_of_hostile_payloads_and_a_killed_daemon(r: redis.Redis, daemon:
     objects = [e for e in _dead_entries(r) if _kept_bytes(e) is None]
     assert all(raw in kept for raw in storm if _object_or_none(raw) is None)
     assert len(objects) == sum(_object_or_none(raw) is not None for raw in storm)
-    assert _alive(survivor) and scheduler.is_running()
+    assert survivor.alive() and scheduler.is_running()
     assert {child.pid for child in survivor.children()} == children
     assert r.zcard("schedule") == r.zcard("retry") == 0
 
@@ -268,5 +264,5 @@ def test_hostile_entries_in_the_beats_hash_do_not_stop_the_master(r: redis.Redis
     until(lambda: float(r.hget(identity, "beat") or 0) > beat + 5, 15, d.log())
     good = [push(r, "Record", n) for n in range(3)]
     until(lambda: {row["jid"] for row in records(r)} >= set(good), 15, d.log())
-    assert _alive(d) and {child.pid for child in d.children()} == children
+    assert d.alive() and {child.pid for child in d.children()} == children
     assert "Traceback" not in d.log()
