@@ -120,8 +120,8 @@ class ChildBeat:
                 self._dump_stack()
             if self._reopen:
                 self._reopen = False
-                logs.reopen()
-                log.info("log file reopened")
+                if logs.reopen():
+                    log.info("log file reopened")
             self._check_master()
             self.beat()
             self._sleep()

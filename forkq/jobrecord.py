@@ -44,7 +44,7 @@ def decode_backtrace(value: Any) -> list[str]:
         return []
     try:
         lines = json.loads(zlib.decompress(base64.b64decode(value)))
-    except (binascii.Error, zlib.error, ValueError):
+    except (binascii.Error, zlib.error, ValueError, RecursionError):
         return []
     return [str(line) for line in lines] if isinstance(lines, list) else []
 

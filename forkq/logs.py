@@ -61,16 +61,36 @@ def set_role(role: str) -> None:
     _role = role
 
 
-def reopen() -> None:
-    """USR2: reopen the log file (after logrotate moved it); a no-op when logging to stderr."""
+def reopen() -> bool:
+    """USR2: reopen the log file (after logrotate moved it); a no-op when logging to stderr.
+
+    The new file is opened before the old one is closed: when it cannot be opened (its
+    directory is gone, permissions changed) lines keep going to the old file, the failure is
+    logged there, and False is returned. Never raises.
+    """
+    reopened = True
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
-            handler.acquire()
-            try:
-                handler.close()
-                handler.stream = handler._open()
-            finally:
-                handler.release()
+            reopened = _swap_stream(handler) and reopened
+    return reopened
+
+
+def _swap_stream(handler: logging.FileHandler) -> bool:
+    try:
+        stream = handler._open()
+    except OSError as exc:
+        logging.getLogger(__name__).error(
+            "log_file: cannot reopen %r (%s); still writing to the file open before",
+            handler.baseFilename, exc.strerror or exc)
+        return False
+    handler.acquire()
+    try:
+        old, handler.stream = handler.stream, stream
+    finally:
+        handler.release()
+    if old is not None:
+        old.close()
+    return True
 
 
 def stack(frame: FrameType | None) -> str:

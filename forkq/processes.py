@@ -81,7 +81,7 @@ class Process:
         record = dict(zip(FIELDS, values, strict=True))
         try:
             info = json.loads(record["info"])
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             info = None
         if not isinstance(info, dict):
             info = {}
@@ -255,7 +255,7 @@ def _work(identity: str, thread: str, value: bytes) -> Work | None:
         entry = json.loads(value)
         job = entry["payload"]
         payload = json.loads(job) if isinstance(job, str) else job
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None
     if not isinstance(entry, dict) or not isinstance(payload, dict):
         return None

@@ -284,8 +284,8 @@ class Supervisor:
 
     def on_reopen(self) -> None:
         """USR2: reopen the log file here and in every child."""
-        logs.reopen()
-        log.info("log file reopened")
+        if logs.reopen():
+            log.info("log file reopened")
         self.pool.signal_all(signal.SIGUSR2)
         self.scheduler.signal(signal.SIGUSR2)
 

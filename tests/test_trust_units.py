@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 
+from forkq import logs, processes
 from forkq import payload as payloads
 from forkq.refusal import Recurring, describe, is_refusal
 from forkq.supervisor import STALL_SLACK, overslept
@@ -59,3 +62,46 @@ def test_an_optional_field_of_the_wrong_type_counts_as_absent(
     assert (payloads.int_field(payload, "retry_count"), payloads.text_field(payload, "queue"),
             payloads.backtrace_limit(payload), payloads.jid(payload),
             payloads.number_field(payload, "timeout")) == expected
+
+
+@pytest.fixture()
+def root_handlers() -> Iterator[None]:
+    """Keep the root logger's handlers and level as they were around a test that reconfigures."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        yield
+    finally:
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+def test_usr2_reopens_the_log_file_and_keeps_the_old_one_when_it_cannot(
+        tmp_path: Path, root_handlers: None) -> None:
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    path = folder / "forkq.log"
+    logs.configure("info", str(path))
+    logging.getLogger("t").info("first")
+    path.rename(tmp_path / "rotated.log")
+    assert logs.reopen()
+    logging.getLogger("t").info("second")
+    assert "second" in path.read_text() and "second" not in (tmp_path / "rotated.log").read_text()
+
+    path.rename(tmp_path / "moved.log")
+    folder.rmdir()
+    assert not logs.reopen()  # the directory is gone: no exception, lines go on
+    logging.getLogger("t").info("third")
+    moved = (tmp_path / "moved.log").read_text()
+    assert "cannot reopen" in moved and "third" in moved
+
+
+def test_a_hostile_process_record_reads_as_empty() -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    values = [deep if field == "info" else None for field in processes.FIELDS]
+    record = processes.Process.from_hash("host:1:abc", values, leader="")
+    assert record.info == {} and record.busy == 0
+    assert processes._work("host:1:abc", "t", deep.encode()) is None
