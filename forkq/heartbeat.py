@@ -1,6 +1,6 @@
 """The master's side of heartbeats: Sidekiq's process record, and reading the children's beats.
 
-:func:`beat` writes, in one MULTI (sidekiq-wire.md §5): ``SADD processes``, the
+:func:`beat` writes, in one script (``record.lua``, sidekiq-wire.md §5): ``SADD processes``, the
 process hash (``info`` JSON, ``busy``, ``beat``, ``quiet``, ``rss``,
 ``rtt_us``, ``concurrency``) with a 60 s TTL, the busy hashes ``<id>:workers``
 and ``<id>:work`` rebuilt from scratch, and ``RPOP <id>-signals``, whose
@@ -25,7 +25,7 @@ import redis
 from forkq import __version__, keys, localproof, wirejson
 from forkq.config import Config
 from forkq.connection import text
-from forkq.refusal import describe
+from forkq.scripts import source
 
 
 def hostname() -> str:
@@ -93,39 +93,32 @@ def beat(
     rss_kb: int,
     concurrency: int,
 ) -> Beat:
-    """Write the process record and busy hashes; pop one remote signal.
+    """Write the process record and busy hashes; pop one remote signal (``record.lua``).
 
-    One MULTI; a command Redis refuses (a key of the wrong type) does not stop the others,
-    so ``processes`` made a hash by someone still leaves the process hash, the busy hashes
-    and remote signals working; the refusals are returned by key."""
+    Written at maxmemory too (the script frees before it writes). A key Redis or the script
+    refuses (of the wrong type) does not stop the others, so ``processes`` made a hash by
+    someone still leaves the process hash, the busy hashes and remote signals working; the
+    refusals are returned by key."""
     started = time.perf_counter()
     client.ping()
     rtt_us = int((time.perf_counter() - started) * 1e6)
-    workers = keys.workers(identity)
-    written: list[str] = []  # the key of each command, in order
-    with client.pipeline(transaction=True) as pipe:
-        pipe.sadd(keys.PROCESSES, identity)
-        pipe.hset(identity, mapping={
-            "info": info, "busy": len(busy), "beat": repr(time.time()),
-            "quiet": "true" if quiet else "false", "rss": rss_kb, "rtt_us": rtt_us,
-            "concurrency": concurrency,
-        })
-        pipe.expire(identity, keys.PROCESS_TTL)
-        pipe.unlink(*workers)
-        written += [keys.PROCESSES, identity, identity, workers[0]]
-        for key in workers:
-            if busy:
-                pipe.hset(key, mapping=busy)  # type: ignore[arg-type]
-                pipe.expire(key, keys.PROCESS_TTL)
-                written += [key, key]
-        signals = keys.signals(identity)
-        pipe.rpop(signals)
-        written.append(signals)
-        results = pipe.execute(raise_on_error=False)
-    refused = [(key, describe(result, key)) for key, result in zip(written, results, strict=True)
-               if isinstance(result, redis.ResponseError)]
-    popped = results[-1]
-    return Beat(popped.decode("utf-8", "replace") if isinstance(popped, bytes) else None, refused)
+    record: dict[str, Any] = {
+        "info": info, "busy": len(busy), "beat": repr(time.time()),
+        "quiet": "true" if quiet else "false", "rss": rss_kb, "rtt_us": rtt_us,
+        "concurrency": concurrency,
+    }
+    args = [keys.PROCESS_TTL, 2 * len(record), *_pairs(record), *_pairs(busy)]
+    reply = client.register_script(source("record"))(
+        keys=[keys.PROCESSES, identity, *keys.workers(identity), keys.signals(identity)],
+        args=args)
+    popped, refused = reply[0], reply[1:]
+    return Beat(popped.decode("utf-8", "replace") if isinstance(popped, bytes) else None,
+                [(text(key), text(error)) for key, error in zip(refused[::2], refused[1::2],
+                                                                 strict=True)])
+
+
+def _pairs(mapping: dict[str, Any]) -> list[Any]:
+    return [item for pair in mapping.items() for item in pair]
 
 
 def read_children(client: redis.Redis, identity: str) -> dict[int, ChildBeat]:

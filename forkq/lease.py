@@ -2,8 +2,9 @@
 
 Contract (lease.lua):
 
-- **acquire**: ``SET forkq:leader <token> NX PX <ttl>`` with a token made fresh for
-  this term (``<identity>:<pid>:<8 hex>``), so no earlier term of the same
+- **acquire**: ``SET forkq:leader <token> PX <ttl>`` only when the key is free (``SET NX``
+  in one script that deletes first, so it works on Redis at maxmemory too) with a token
+  made fresh for this term (``<identity>:<pid>:<8 hex>``), so no earlier term of the same
   process, nor a paused copy of it, can pass for the holder;
 - **renew** / **release**: ``PEXPIRE`` / ``DEL`` only while the key still holds
   our token (compare-and-set in Lua); a failed renewal means the term is over;

@@ -135,33 +135,44 @@ def _dead(client: redis.Redis, identities: list[str]) -> list[str]:
 def _recover(client: redis.Redis, token: str | None, *, identity: str, key: str, now: float
              ) -> Recovered | None:
     held = client.lrange(key, 0, 1)
-    job = raw(held[1]) if len(held) == 2 else b""
-    mode, jid, dead_entry = _decide(job, now)
+    job = raw(held[1]) if len(held) == 2 else None  # None: the list holds no job
+    mode, jid, dead_entry = _decide(job, _queue_name(held[0]) if held else "default", now)
     script = client.register_script(source("recover"))
     result = script(
         keys=[keys.LEADER, key, keys.INFLIGHT_REGISTRY, identity, keys.beats(identity),
               keys.kills(jid), keys.DEAD],
-        args=[token or "", job, mode, KILL_LIMIT, dead_entry, keys.KILLS_TTL, repr(now),
+        args=[token or "", job or b"", mode, KILL_LIMIT, dead_entry, keys.KILLS_TTL, repr(now),
               repr(now - keys.DEAD_TIMEOUT), keys.DEAD_MAX_JOBS])
     if result == -1:
         raise LeaseLostError("recovering " + key)
     if isinstance(result, int):
         return None  # the owner came back, or the list changed: look again next sweep
     outcome = result.decode()
-    if job:
+    if job is not None:
         log.warning("recovered from dead process %s: job %s: %s", identity, outcome,
                     job[:200].decode("utf-8", "replace"))
-    return Recovered(identity, key, outcome, job)
+    return Recovered(identity, key, outcome, job or b"")
 
 
-def _decide(job: bytes, now: float) -> tuple[str, str, str]:
-    """How to recover ``job``: (mode, jid, dead-set entry at the death limit, "" = drop)."""
-    if not job:
-        return "requeue", "", ""
+def _queue_name(element: bytes | str) -> str:
+    """The queue an in-flight list names (recover.lua's rule: else ``default``)."""
+    name = text(element)
+    return name[6:] if name.startswith("queue:") and len(name) > 6 else "default"
+
+
+def _decide(job: bytes | None, queue: str, now: float) -> tuple[str, str, str]:
+    """How to recover ``job`` held for ``queue``: (mode, jid, dead-set entry, "" = drop).
+
+    A malformed job is buried at once with its bytes kept ("bury"); a job is otherwise
+    requeued and its death counted ("count"), the entry being written at the death limit."""
+    if job is None:
+        return "requeue", "", ""  # nothing to requeue: the list is just deleted
     try:
         payload = payloads.decode(job)
-    except JobError:
-        return "requeue", "", ""  # the processor that fetches it buries it with the reason
+    except JobError as exc:
+        log.error("queue %s: a dead process held %s; moved to the dead set", queue, exc)
+        failure = retry.unrunnable(job, queue, exc, now)
+        return "bury", "", failure.payload if failure.mode == "dead" else ""
     jid = payloads.kill_key_id(payload, job)
     message = (f"its processor died {KILL_LIMIT} times while running it (last: its process "
                "stopped heartbeating and the job was recovered)")  # used only at the limit

@@ -323,6 +323,11 @@ def test_a_daemon_started_at_maxmemory_works_and_says_why_writes_wait(
         r: redis.Redis, daemon: Any, full_server: EmbeddedServer) -> None:
     full = redis.Redis(unix_socket_path=full_server.socket)
     jids = [forkq.Client(full).push({"class": "Silent", "args": [n]}) for n in range(20)]
+    orphaned = "forkq:inflight:gone-host:1:aaaaaaaaaaaa:11"  # a dead daemon's job
+    full.rpush(orphaned, "queue:default", json.dumps(
+        {"class": "Silent", "args": ["orphan"], "queue": "default", "retry": True,
+         "jid": "0badc0de0badc0de0badc0de", "created_at": 1.0}))
+    full.sadd("forkq:inflight", orphaned)
     with full.pipeline(transaction=False) as pipe:  # small values: no big query buffer
         for n in range(2000):
             pipe.set(f"filler:{n}", b"x" * 1000)
@@ -334,7 +339,9 @@ def test_a_daemon_started_at_maxmemory_works_and_says_why_writes_wait(
         full.sadd("probe", "x")
     d = daemon("concurrency: 2\nrequire: jobs\n", redis_url=full_server.url)
     until(lambda: full.llen("queue:default") == 0, 20, d.log())
-    until(lambda: int(full.get("stat:processed") or 0) == len(jids), 10, d.log())
+    until(lambda: int(full.get("stat:processed") or 0) == len(jids) + 1, 15,
+          "the leader must take office and sweep the orphan at maxmemory too\n" + d.log())
+    assert not full.exists(orphaned) and full.get("forkq:leader")
     assert not full.keys("forkq:inflight:*:*") or all(
         full.llen(k) == 0 for k in full.keys("forkq:inflight:*:*"))
     assert full.zcard("retry") == full.zcard("dead") == 0
@@ -342,11 +349,17 @@ def test_a_daemon_started_at_maxmemory_works_and_says_why_writes_wait(
         full.sadd("probe", "x")  # still full: all of it ran at maxmemory
     assert "maxmemory with the noeviction policy" in d.log()
     assert "Redis unavailable" not in d.log()
-    beats = f"forkq:beats:{_identity(d)}"
+    identity = _identity(d)
+    beats = f"forkq:beats:{identity}"
     seqs = _seqs(full, beats)
     until(lambda: all(_seqs(full, beats).get(pid, 0) > seq for pid, seq in seqs.items()), 10,
           "the children's beats must go on at maxmemory, or the master culls them")
     assert len(seqs) == 3 and d.alive()  # two processors and the scheduler
+    assert full.sismember("processes", identity), "the process record must be written too"
+    beat = float(full.hget(identity, "beat") or 0)
+    until(lambda: float(full.hget(identity, "beat") or 0) > beat, 10,
+          "the process record must go on being written at maxmemory")
+    assert 0 < full.ttl(identity) <= 60
 
 
 def _seqs(client: redis.Redis, key: str) -> dict[bytes, int]:

@@ -130,15 +130,17 @@ def test_hostile_entries_in_schedule_and_retry_are_buried_and_due_jobs_still_mov
 
 def test_a_hostile_orphan_does_not_stop_the_sweep_over_other_dead_daemons(
         r: redis.Redis, daemon: Any) -> None:
-    """The leader's orphan sweep meets a dead process holding NaN, and another holding a good
-    job: the first is buried, the second recovered, no leader dies."""
+    """The leader's orphan sweep meets dead processes holding NaN and a too-deep job, and
+    another holding a good job: the first two are buried at once, straight from the sweep
+    (they were fetched from a queue this daemon does not serve), the good one recovered,
+    no leader dies."""
     good = json.dumps({"class": "Record", "args": ["orphan"], "queue": "default",
                        "jid": "0badc0de0badc0de0badc0de", "retry": True, "created_at": 1.0})
     lists = {"forkq:inflight:gone-host:1:aaaaaaaaaaaa:11": HOSTILE[0],
              "forkq:inflight:gone-host:2:bbbbbbbbbbbb:12": ("[" + DEEP + "]").encode(),
              "forkq:inflight:gone-host:3:cccccccccccc:13": good.encode()}
     for key, job in lists.items():
-        r.rpush(key, "queue:default", job)
+        r.rpush(key, "queue:default" if job == good.encode() else "queue:unserved", job)
         r.sadd("forkq:inflight", key)
     d = daemon(CONFIG)
     scheduler = d.scheduler()
@@ -146,7 +148,7 @@ def test_a_hostile_orphan_does_not_stop_the_sweep_over_other_dead_daemons(
           d.log())
     until(lambda: r.zcard("dead") == 2, 15, d.log())
     _assert_buried(r, [HOSTILE[0], ("[" + DEEP + "]").encode()], d)
-    assert not r.exists(*lists)
+    assert not r.exists(*lists, "queue:unserved")
     assert not [m for m in r.smembers("forkq:inflight") if b"gone-host" in m]
     assert d.alive() and scheduler.is_running()
 

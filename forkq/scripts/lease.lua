@@ -7,7 +7,7 @@
 -- ARGV[3]  the lease TTL in milliseconds
 -- ARGV[4]  the caller's process identity (mirrored into KEYS[2])
 --
--- acquire: SET NX PX; renew: PEXPIRE, only if KEYS[1] still holds ARGV[2]; release:
+-- acquire: SET PX when KEYS[1] is free; renew: PEXPIRE, only if KEYS[1] still holds ARGV[2]; release:
 -- DEL, only then too. Returns 1 on success, 0 when the lease is someone else's (or
 -- nobody's, for renew and release). The mirror is written only when it is absent or
 -- already ours, so a Sidekiq Enterprise leader sharing the Redis keeps its badge.
@@ -29,15 +29,15 @@ end
 
 local held = redis.call("TYPE", KEYS[1])["ok"]
 if op == "acquire" then
-  local replaced = held ~= "none" and held ~= "string"
-  if replaced then
-    redis.call("DEL", KEYS[1])
-  end
-  if not redis.call("SET", KEYS[1], token, "NX", "PX", ttl) then
+  if held == "string" then
     return 0
   end
+  -- free (or of another type): the delete comes first, so Redis at maxmemory with
+  -- noeviction lets the SET through (a script that has written may write on)
+  redis.call("DEL", KEYS[1])
+  redis.call("SET", KEYS[1], token, "PX", ttl)
   mirror(true)
-  return replaced and 2 or 1
+  return held == "none" and 1 or 2
 end
 if held ~= "string" or redis.call("GET", KEYS[1]) ~= token then
   return 0

@@ -8,20 +8,21 @@
 --          on its own host (restart recovery, forkq/reclaim.py): then neither the lease
 --          nor the owner's records are checked
 -- ARGV[2]  the job the caller saw in KEYS[2], or "" for none
--- ARGV[3]  "count": the job has a jid, count this recovery as a death of the job;
---          "requeue": just requeue it (a malformed job, buried when next fetched)
+-- ARGV[3]  "count": count this recovery as a death of the job (KEYS[6]);
+--          "bury": file ARGV[5] to the dead set now (a malformed job, raw bytes kept);
+--          "requeue": just requeue it (an empty list has nothing to requeue)
 -- ARGV[4]  deaths at which the job goes to the dead set instead (3)
--- ARGV[5]  the dead-set entry to write at that limit, or "" to drop (dead: false)
+-- ARGV[5]  the dead-set entry to write at that limit (or at once to bury), or "" to drop
 -- ARGV[6]  TTL of KEYS[6], seconds
 -- ARGV[7]  now (the dead entry's score)   ARGV[8] trim dead entries scored at or below
 -- ARGV[9]  dead set size limit
 --
 -- Never from a live owner: with a token, nothing happens while KEYS[4] or KEYS[5] exists
 -- (both expire 60 s after the owner's last heartbeat); without, the caller has proved
--- the owner's master and child gone (same kernel run, pid free or reused). Nothing happens either if KEYS[2] no longer
--- holds ARGV[2]. Otherwise the job goes back to the right end of its queue (the next
--- one fetched), or to the dead set at the death limit; KEYS[2] is deleted and
--- unregistered. A first element that names no queue:<name> key sends the job to
+-- the owner's master and child gone (same kernel run, pid free or reused). Nothing
+-- happens either if KEYS[2] no longer holds ARGV[2]. Otherwise the job goes back to the
+-- right end of its queue (the next one fetched), or to the dead set at the death limit
+-- (at once when malformed); KEYS[2] is deleted and unregistered. A first element that names no queue:<name> key sends the job to
 -- queue:default. Refuses, changing nothing, when the queue, KEYS[6] or KEYS[7] holds
 -- another type. Returns "requeued", "dead", "dropped" or "empty"; or -1 without the
 -- lease, -2 when the owner is alive, -3 when the list changed.
@@ -45,26 +46,35 @@ if job then
     return redis.error_reply(bad)
   end
 end
+-- The in-flight list goes first (its job is in hand): a script that has freed memory may
+-- write on, so the sweep works on Redis at maxmemory with noeviction too. Nothing after
+-- this may fail: every key was checked above.
+redis.call("DEL", KEYS[2])
 local outcome = "empty"
 if job then
   outcome = "requeued"
+  local bury = ARGV[3] == "bury"
   if ARGV[3] == "count" then
-    local deaths = redis.call("INCR", KEYS[6])
+    local deaths = try("INCR", KEYS[6])
+    if type(deaths) ~= "number" then  -- forkq's own counter held no integer: it restarts
+      redis.call("SET", KEYS[6], 1)
+      deaths = 1
+    end
     redis.call("EXPIRE", KEYS[6], ARGV[6])
-    if deaths >= tonumber(ARGV[4]) then
-      outcome = "dropped"
-      if ARGV[5] ~= "" then
-        outcome = "dead"
-        redis.call("ZADD", KEYS[7], ARGV[7], ARGV[5])
-        redis.call("ZREMRANGEBYSCORE", KEYS[7], "-inf", ARGV[8])
-        redis.call("ZREMRANGEBYRANK", KEYS[7], 0, -(tonumber(ARGV[9]) + 1))
-      end
+    bury = deaths >= tonumber(ARGV[4])
+  end
+  if bury then
+    outcome = "dropped"
+    if ARGV[5] ~= "" then
+      outcome = "dead"
+      redis.call("ZADD", KEYS[7], ARGV[7], ARGV[5])
+      redis.call("ZREMRANGEBYSCORE", KEYS[7], "-inf", ARGV[8])
+      redis.call("ZREMRANGEBYRANK", KEYS[7], 0, -(tonumber(ARGV[9]) + 1))
     end
   end
   if outcome == "requeued" then
     redis.call("RPUSH", queue, job)
   end
 end
-redis.call("DEL", KEYS[2])
 try("SREM", KEYS[3], KEYS[2])
 return outcome
