@@ -40,9 +40,9 @@ forkq's own keys:
   this job (a recovery by the leader counts too); at 3 the job goes to the dead set
   instead of back to its queue.
 - ``forkq:leader`` — string, ``leader_lease_ttl`` — the scheduler leader's lease: its
-  owner token ``<identity>:<scheduler pid>:<8 hex>``, new for every term. Taken only when
-  free (``SET NX PX``, in lease.lua); renewed and released only by its owner (lease.lua); every script
-  the leader runs first checks that it still holds this token (fencing).
+  owner token ``<identity>:<scheduler pid>:<8 hex>``, new for every term. Taken only
+  when free (``SET NX PX``), renewed and released only by its owner (lease.lua); every
+  script the leader runs first checks that it still holds this token (fencing).
 - ``dear-leader`` — string, same TTL — the leader's master identity, mirrored for
   Sidekiq's ``ProcessSet#leader`` and the Web UI's "leader" badge; left alone when
   it names a process forkq did not write (Sidekiq Enterprise's own lease).
