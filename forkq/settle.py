@@ -8,7 +8,8 @@ in-flight list. By the :class:`Gone` record's ``cause``:
   back unchanged to the front of its queue (:func:`forkq.fetch.requeue`).
 - ``"crash"`` — the child died on its own (a signal, a non-zero exit) or was
   killed for being unresponsive or over its memory ceiling. The job's kill count
-  (``forkq:kills:<jid>``, kept 7 days) goes up by one. Below :data:`KILL_LIMIT`
+  (``forkq:kills:<jid>``, kept 7 days; death.lua, which restarts a counter holding
+  anything else) goes up by one. Below :data:`KILL_LIMIT`
   the job is requeued unchanged; at the limit it goes to the dead set with a
   :class:`~forkq.errors.JobKilledError` naming the reason (the poison pill).
 - ``"timeout"`` — the master killed the child because job ``jid`` overran its
@@ -36,6 +37,7 @@ from forkq.connection import raw as raw_of
 from forkq.connection import text
 from forkq.errors import JobKilledError, JobTimeoutError, MalformedJobError
 from forkq.registry import Registry
+from forkq.scripts import source
 
 KILL_LIMIT = 3
 
@@ -117,8 +119,6 @@ def _file(
 
 
 def _count_kill(client: redis.Redis, jid: str) -> int:
-    with client.pipeline(transaction=True) as pipe:
-        pipe.incr(keys.kills(jid))
-        pipe.expire(keys.kills(jid), keys.KILLS_TTL)
-        count, _ = pipe.execute()
-    return int(count)
+    """One more death of the job ``jid`` (death.lua); its deaths so far."""
+    script = client.register_script(source("death"))
+    return int(script(keys=[keys.kills(jid)], args=[keys.KILLS_TTL]))

@@ -25,13 +25,13 @@ import pytest
 import redis
 
 import forkq
-from forkq import due, fetch, keys, orphans, periodic, retry
+from forkq import due, fetch, keys, orphans, periodic, retry, settle
 from forkq.embedded import EmbeddedServer
 from forkq.jobsets import RetrySet
 from forkq.lease import Lease
 
 from .conftest import Daemon, records, until
-from .test_supervision import push
+from .test_supervision import push, started
 from .test_trust_payloads import CONFIG as PAYLOAD_CONFIG
 
 TOKEN = "tester:1:aaaaaaaaaaaa:1:00000000"
@@ -124,7 +124,7 @@ def test_an_operator_action_into_a_wrong_typed_key_changes_nothing(r: redis.Redi
     assert r.zrange("retry", 0, -1) == [member.encode()]
 
 
-@pytest.mark.parametrize("target", ["queue:default", "dead", "forkq:kills:" + "a" * 24])
+@pytest.mark.parametrize("target", ["queue:default", "dead"])
 def test_recovering_an_orphan_into_a_wrong_typed_key_leaves_the_list(
         r: redis.Redis, target: str, caplog: pytest.LogCaptureFixture) -> None:
     r.set(keys.LEADER, TOKEN)
@@ -142,6 +142,27 @@ def test_recovering_an_orphan_into_a_wrong_typed_key_leaves_the_list(
     r.delete(target)
     assert [x.outcome for x in orphans.sweep(r, TOKEN, now=time.time())] == [
         "requeued" if target != "dead" else "dead"]
+
+
+@pytest.mark.parametrize(("held", "deaths"), [
+    ("hash", 1), (b"not a count", 1), (b"nan", 1), (b"-4", 1), (b"1e400", 1), (b"1", 2),
+])
+def test_a_death_count_holding_anything_else_restarts(r: redis.Redis, held: str | bytes,
+                                                      deaths: int) -> None:
+    """forkq's own kill counter: whatever it holds, counting goes on (settle and sweep)."""
+    jid = "a" * 24
+    if held == "hash":
+        _wrong(r, keys.kills(jid), "hash")
+    else:
+        r.set(keys.kills(jid), held)
+    assert settle._count_kill(r, jid) == deaths
+    assert 0 < r.ttl(keys.kills(jid)) <= keys.KILLS_TTL
+    r.set(keys.LEADER, TOKEN)
+    r.rpush(INFLIGHT, "queue:default", _job())
+    r.sadd(keys.INFLIGHT_REGISTRY, INFLIGHT)
+    _wrong(r, keys.kills(jid), "hash")
+    assert [x.outcome for x in orphans.sweep(r, TOKEN, now=time.time())] == ["requeued"]
+    assert r.get(keys.kills(jid)) == b"1" and r.llen("queue:default") == 1
 
 
 def test_recovery_goes_on_past_a_wrong_typed_process_set(r: redis.Redis) -> None:
@@ -299,6 +320,22 @@ def _identity(d: Daemon) -> str:
         if "identity " in line:
             return line.split("identity ", 1)[1].split(",", 1)[0]
     raise AssertionError(d.log())
+
+
+def test_a_crashed_childs_job_is_settled_past_a_wrong_typed_death_count(
+        r: redis.Redis, daemon: Any) -> None:
+    """The master counts the death of a SIGKILLed child's job in ``forkq:kills:<jid>``; that
+    key holding a hash used to make the settlement fail every turn, the slot never respawned
+    and the job stayed held."""
+    d = daemon("concurrency: 1\nrequire: jobs\nlog_level: info\n")
+    [child] = d.wait_children(1)
+    jid = push(r, "Sleep", 30, "crash")
+    _wrong(r, keys.kills(jid), "hash")
+    until(lambda: len(started(r)) == 1, 15, d.log())
+    child.kill()
+    until(lambda: len(started(r)) == 2, 15, "the job must go back and run again\n" + d.log())
+    assert r.get(keys.kills(jid)) == b"1"
+    assert "cannot settle" not in d.log() and d.alive()
 
 
 # --- a daemon started while Redis is at maxmemory ---------------------------------------------

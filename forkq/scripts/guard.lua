@@ -31,3 +31,21 @@ local function queue_key(name)
   return "queue:default"
 end
 
+
+-- Count one death of a job in forkq's own counter `key` (TTL `ttl` seconds) and return
+-- the count. Anything else in the key (another type, not a count) restarts it at 1, as
+-- forkq replaces its own lease key. It deletes before it writes, so a script that calls it
+-- first works on Redis at maxmemory with noeviction too.
+local function count_death(key, ttl)
+  local deaths = 0
+  if redis.call("TYPE", key)["ok"] == "string" then
+    deaths = tonumber(redis.call("GET", key)) or 0
+    if deaths ~= deaths or deaths < 0 or deaths >= 1e9 then
+      deaths = 0
+    end
+    deaths = math.floor(deaths)
+  end
+  redis.call("DEL", key)
+  redis.call("SET", key, deaths + 1, "EX", ttl)
+  return deaths + 1
+end

@@ -23,8 +23,8 @@
 -- happens either if KEYS[2] no longer holds ARGV[2]. Otherwise the job goes back to the
 -- right end of its queue (the next one fetched), or to the dead set at the death limit
 -- (at once when malformed); KEYS[2] is deleted and unregistered. A first element that names no queue:<name> key sends the job to
--- queue:default. Refuses, changing nothing, when the queue, KEYS[6] or KEYS[7] holds
--- another type. Returns "requeued", "dead", "dropped" or "empty"; or -1 without the
+-- queue:default. Refuses, changing nothing, when the queue or KEYS[7] holds another
+-- type (KEYS[6] is forkq's own counter: count_death restarts it). Returns "requeued", "dead", "dropped" or "empty"; or -1 without the
 -- lease, -2 when the owner is alive, -3 when the list changed.
 if ARGV[1] ~= "" then
   if redis.call("GET", KEYS[1]) ~= ARGV[1] then
@@ -41,7 +41,6 @@ if (job or "") ~= ARGV[2] then
 end
 if job then
   local bad = wrong_type(queue, "list") or wrong_type(KEYS[7], "zset")
-    or (ARGV[3] == "count" and wrong_type(KEYS[6], "string"))
   if bad then
     return redis.error_reply(bad)
   end
@@ -55,13 +54,7 @@ if job then
   outcome = "requeued"
   local bury = ARGV[3] == "bury"
   if ARGV[3] == "count" then
-    local deaths = try("INCR", KEYS[6])
-    if type(deaths) ~= "number" then  -- forkq's own counter held no integer: it restarts
-      redis.call("SET", KEYS[6], 1)
-      deaths = 1
-    end
-    redis.call("EXPIRE", KEYS[6], ARGV[6])
-    bury = deaths >= tonumber(ARGV[4])
+    bury = count_death(KEYS[6], ARGV[6]) >= tonumber(ARGV[4])
   end
   if bury then
     outcome = "dropped"

@@ -18,9 +18,13 @@ if job then
   if bad then
     return redis.error_reply(bad)
   end
+end
+-- the list goes first (its job is in hand): a script that has freed memory may write on,
+-- so a job is given back on Redis at maxmemory with noeviction too
+redis.call("DEL", KEYS[1])
+if job then
   redis.call("RPUSH", queue, job)
 end
-redis.call("DEL", KEYS[1])
 if ARGV[1] == "1" then
   try("SREM", KEYS[2], KEYS[1])
 end
