@@ -9,11 +9,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from forkq.client import MIDDLEWARE as client_middleware  # noqa: N811
 from forkq.client import Client
 from forkq.errors import EnqueueError, JobKilledError, JobTimeoutError
 from forkq.hooks import on_child_boot, on_child_exit
-from forkq.processor import MIDDLEWARE as server_middleware  # noqa: N811
+from forkq.middleware import CLIENT as client_middleware  # noqa: N811
+from forkq.middleware import SERVER as server_middleware  # noqa: N811
 from forkq.registry import Job, job
 
 __all__ = [

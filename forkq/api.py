@@ -12,18 +12,18 @@ scheduled / retry / dead sets, processes and totals of the server behind a clien
     api.Stats.read(r).processed
 
 Everything here works on forkq's data and Sidekiq's (6.4 to 8.x) alike; see each
-module for its contract: :mod:`forkq.queues`, :mod:`forkq.jobsets`,
-:mod:`forkq.processes`, :mod:`forkq.stats`, :mod:`forkq.jobrecord`.
+module for its contract: :mod:`forkq.ops.queues`, :mod:`forkq.ops.sorted_sets`,
+:mod:`forkq.ops.processes`, :mod:`forkq.ops.stats`, :mod:`forkq.ops.records`.
 """
 
 from __future__ import annotations
 
 from forkq.connection import connect
-from forkq.jobrecord import JobRecord, SortedEntry
-from forkq.jobsets import DeadSet, JobSet, RetrySet, ScheduledSet
-from forkq.processes import Process, ProcessSet, Work
-from forkq.queues import Queue
-from forkq.stats import Stats, history
+from forkq.ops.processes import Process, ProcessSet, Work
+from forkq.ops.queues import Queue
+from forkq.ops.records import JobRecord, SortedEntry
+from forkq.ops.sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet
+from forkq.ops.stats import Stats, history
 
 __all__ = [
     "DeadSet",

@@ -4,7 +4,7 @@
 ``sidekiq -C``); ``forkq demo`` runs it on the example jobs; ``forkq bench``
 measures it; ``forkq version``. The operator's commands (``status``, ``quiet``,
 ``stop``, ``dump``, ``reload``, ``queues``, ``retries``, ``dead``, ``scheduled``, ``enqueue``; see
-:mod:`forkq.ops`) find Redis as the daemon does (``-C``, ``--redis-url``,
+:mod:`forkq.ops.commands`) find Redis as the daemon does (``-C``, ``--redis-url``,
 ``FORKQ_REDIS_URL``, ``REDIS_URL``) and print tables, or JSON with ``--json``.
 Errors print one line on stderr (and ``{"error": …}`` on stdout with ``--json``):
 a configuration error exits 78 (EX_CONFIG), a Redis that does not answer 69
@@ -22,8 +22,9 @@ from typing import Any
 
 import redis
 
-from forkq import __version__, config, logs, ops
+from forkq import __version__, config
 from forkq.connection import connect
+from forkq.daemon import logs
 from forkq.errors import (
     EXIT_CONFIG,
     EXIT_FAILURE,
@@ -34,6 +35,7 @@ from forkq.errors import (
     ForkqError,
     NotFoundError,
 )
+from forkq.ops import commands as ops
 
 OPERATOR: dict[str, ops.Command] = {
     "status": ops.status,
@@ -113,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _operator_parsers(commands: Any) -> None:
-    """The operator's commands (forkq.ops); each takes the connection flags and --json."""
+    """The operator's commands (forkq.ops.commands); each takes the connection flags and --json."""
     common = argparse.ArgumentParser(add_help=False)
     config.add_connection_flags(common)
     common.add_argument("--json", action="store_true", help="print one JSON object")
@@ -221,35 +223,32 @@ def _version(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from forkq import periodic
-    from forkq.processor import MIDDLEWARE
+    from forkq import cron
+    from forkq.daemon.master.supervisor import Supervisor
+    from forkq.middleware import SERVER
     from forkq.registry import REGISTRY
-    from forkq.supervisor import Supervisor
 
     settings = config.load(args, os.environ)
     logs.configure(settings.log_level, settings.log_file)
     config.import_required(settings)
-    periodic.check_jobs(settings, REGISTRY)
-    return Supervisor(settings, registry=REGISTRY, middleware=MIDDLEWARE,
+    cron.check_jobs(settings, REGISTRY)
+    return Supervisor(settings, registry=REGISTRY, middleware=SERVER,
                       reload=lambda: config.load(args, os.environ)).run()
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from forkq import demo
-
+    from forkq.tools import demo
     settings = config.load(args, os.environ)
     return demo.run(settings)
 
 
 def _bench(args: argparse.Namespace) -> int:
     if args.scheduled:
-        from forkq import benchsched
-
-        return benchsched.run(jobs=args.scheduled, over=args.over, daemons=args.daemons,
+        from forkq.tools import bench_scheduled
+        return bench_scheduled.run(jobs=args.scheduled, over=args.over, daemons=args.daemons,
                               concurrency=args.concurrency, redis_url=args.redis_url,
                               sidekiq=args.sidekiq)
-    from forkq import bench
-
+    from forkq.tools import bench
     return bench.run(jobs=args.jobs, concurrency=args.concurrency,
                      latency_samples=args.latency_samples, redis_url=args.redis_url,
                      sidekiq=args.sidekiq)

@@ -32,15 +32,9 @@ from forkq import keys
 from forkq import payload as payloads
 from forkq.connection import connect
 from forkq.errors import EnqueueError
-from forkq.middleware import Chain
-
-ClientChain = Chain[payloads.Payload, payloads.Payload]
+from forkq.middleware import CLIENT, ClientChain
 
 _RELATIVE_LIMIT = 1_000_000_000
-
-MIDDLEWARE: ClientChain = Chain()
-"""The client middleware chain every :class:`Client` uses unless given its own."""
-
 
 def at_epoch(value: float) -> float:
     """An interval or an epoch → an epoch: values below 1e9 are seconds from now."""
@@ -66,7 +60,7 @@ class Client:
                 socket_timeout=timeout or _env_seconds("FORKQ_CLIENT_TIMEOUT"),
                 connect_timeout=connect_timeout or _env_seconds("FORKQ_CLIENT_CONNECT_TIMEOUT"))
         self.redis = redis_client
-        self.middleware: ClientChain = middleware if middleware is not None else MIDDLEWARE
+        self.middleware: ClientChain = middleware if middleware is not None else CLIENT
 
     def push(self, item: Mapping[str, Any]) -> str | None:
         """Push one job. ``item`` has ``class`` and ``args``, optionally ``queue``, ``retry``,

@@ -40,9 +40,9 @@ from typing import Any
 import yaml
 from yaml.constructor import SafeConstructor
 
+from forkq.cron import Periodic, read_entries
 from forkq.errors import ConfigError
-from forkq.periodic import Periodic, read_entries
-from forkq.settingkinds import (
+from forkq.setting_values import (
     BOOL,
     FLOAT,
     INT,

@@ -25,8 +25,8 @@ from collections.abc import Iterator
 import redis
 
 from forkq.connection import SOCKET_NAME
-from forkq.daemon import terminate
 from forkq.errors import ForkqError
+from forkq.subprocesses import terminate
 
 SOCKET_PATH_LIMIT = 107
 

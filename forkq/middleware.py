@@ -7,13 +7,19 @@ before and after ``call_next()``, change the context, or not call
 does not ``yield``).
 
 Client middleware receives the payload dict about to be pushed (with its
-``queue``); server middleware receives a :class:`forkq.processor.JobContext`.
+``queue``); server middleware receives a :class:`JobContext`. The two chains every process
+uses live here (:data:`CLIENT`, :data:`SERVER`, exported as ``forkq.client_middleware`` and
+``forkq.server_middleware``), so a web process that adds client middleware loads nothing of
+the daemon.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Generic, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from forkq import payload as payloads
 
 C = TypeVar("C")
 R = TypeVar("R")
@@ -48,3 +54,24 @@ class Chain(Generic[C, R]):
         if index == len(self._entries):
             return final()
         return self._entries[index](context, lambda: self._step(index + 1, context, final))
+
+
+@dataclass
+class JobContext:
+    """What server middleware sees of the job being run."""
+
+    name: str
+    jid: str
+    queue: str
+    payload: payloads.Payload
+    args: list[Any]
+
+
+ClientChain = Chain[payloads.Payload, payloads.Payload]
+ServerChain = Chain[JobContext, Any]
+
+CLIENT: ClientChain = Chain()
+"""The client middleware chain every :class:`~forkq.client.Client` uses unless given its own."""
+
+SERVER: ServerChain = Chain()
+"""The server middleware chain the daemon runs every job through; add to it at import time."""

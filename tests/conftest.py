@@ -26,8 +26,9 @@ import psutil
 import pytest
 import redis
 
-from forkq.daemon import DaemonProcess, wait_for
 from forkq.embedded import EmbeddedServer, find_binary
+from forkq.subprocesses import wait_for
+from forkq.tools.driver import DaemonProcess
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent

@@ -14,11 +14,11 @@ import pytest
 import redis
 
 import forkq
-from forkq import api, due, keys, wirejson
+from forkq import api, keys, wirejson
 from forkq import payload as payloads
-from forkq import retry as retries
+from forkq.daemon.children import due_jobs, failures
+from forkq.daemon.children.lease import Lease
 from forkq.errors import ForkqError, NotFoundError
-from forkq.lease import Lease
 
 
 def _job(klass: str = "Record", args: list[object] | None = None, **extra: object
@@ -31,7 +31,7 @@ def _job(klass: str = "Record", args: list[object] | None = None, **extra: objec
 
 def _failed(job: dict[str, object], count: int = 0) -> dict[str, object]:
     for _ in range(count + 1):
-        retries.record_error(job, "ValueError", "boom", time.time())
+        failures.record_error(job, "ValueError", "boom", time.time())
     return job
 
 
@@ -156,7 +156,7 @@ def test_an_action_racing_the_leaders_mover_acts_once(r: redis.Redis) -> None:
     assert entry is not None
     lease = Lease(r, identity="test:1:abcdefabcdef", pid=1, ttl=10.0)
     assert lease.acquire()
-    assert due.move_due(r, lease.token, time.time()) == 1
+    assert due_jobs.move_due(r, lease.token, time.time()) == 1
     assert not api.RetrySet(r).retry(entry), "the mover took it first"
     assert r.llen("queue:default") == 1 and r.zcard("retry") == 0
 
@@ -202,9 +202,9 @@ def test_an_entry_that_is_not_a_job_can_be_listed_and_deleted_not_retried(
 def test_error_fields_and_backtrace_read_both_base64_forms(r: redis.Redis) -> None:
     job = _failed(_job("Boom"), count=1)
     lines = ["a.py:1:in `x'", "b.py:2:in `y'"]
-    job["error_backtrace"] = retries.compress_backtrace(lines)  # 6.x: MIME lines
+    job["error_backtrace"] = failures.compress_backtrace(lines)  # 6.x: MIME lines
     strict = _failed(_job("Boom"))
-    strict["error_backtrace"] = retries.compress_backtrace(lines).replace("\n", "")  # 7.2.1+
+    strict["error_backtrace"] = failures.compress_backtrace(lines).replace("\n", "")  # 7.2.1+
     strict["failed_at"] = int(time.time() * 1000)  # 8.x: milliseconds
     r.zadd("retry", {wirejson.dumps(job): 1, wirejson.dumps(strict): 2})
     first, second = list(api.RetrySet(r))

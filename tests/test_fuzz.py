@@ -16,8 +16,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forkq import due, orphans, retry, wirejson
 from forkq import payload as payloads
+from forkq import wirejson
+from forkq.daemon import held_jobs
+from forkq.daemon.children import due_jobs, failures
 from forkq.errors import MalformedJobError, UnknownJobError
 
 FIELDS = ["class", "args", "queue", "jid", "retry", "retry_count", "retry_for", "backtrace",
@@ -95,12 +97,12 @@ def _failure_paths(payload: dict[str, Any], raw: bytes) -> None:
     rng = random.Random(0)
     exc = ValueError("boom \ud800 message")
     for max_retries in (0, 25):
-        _writable(retry.plan(dict(payload), exc, max_retries=max_retries, rng=rng,
+        _writable(failures.plan(dict(payload), exc, max_retries=max_retries, rng=rng,
                              now=1_700_000_000.0).payload)
-    failure = retry.plan(payloads.decode(raw), exc, max_retries=25, rng=rng, now=1.0,
+    failure = failures.plan(payloads.decode(raw), exc, max_retries=25, rng=rng, now=1.0,
                          retry_in=lambda count, exc: 10.0**400)
     assert failure.score < float("inf")
-    _writable(retry.bury(payloads.decode(raw), 1.0).payload)
+    _writable(failures.bury(payloads.decode(raw), 1.0).payload)
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
@@ -109,7 +111,7 @@ def test_decode_gives_a_writable_payload_or_malformed_job_error(raw: bytes) -> N
     try:
         payload = payloads.decode(raw)
     except MalformedJobError:
-        failure = retry.unrunnable(raw, "default", MalformedJobError("x"), 1.0)
+        failure = failures.unrunnable(raw, "default", MalformedJobError("x"), 1.0)
         _writable(failure.payload)
         kept = wirejson.loads(failure.payload)
         if "raw" in kept:
@@ -120,17 +122,18 @@ def test_decode_gives_a_writable_payload_or_malformed_job_error(raw: bytes) -> N
         return
     _writable(payloads.encode(payload))
     _failure_paths(payload, raw)
-    _writable(retry.unrunnable(raw, "q", UnknownJobError("x"), 1.0).payload)
+    _writable(failures.unrunnable(raw, "q", UnknownJobError("x"), 1.0).payload)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
 @given(raw_payloads())
 def test_the_leaders_rewrites_never_raise_and_write_what_parses(raw: bytes) -> None:
-    job, queue = due.rewrite(raw, 1_700_000_000.0)
+    job, queue = due_jobs.rewrite(raw, 1_700_000_000.0)
     assert isinstance(queue, str) and queue
     if job is not raw:
         _writable(str(job))
-    mode, _, dead_entry = orphans._decide(raw, "q", 1_700_000_000.0)
+    held = held_jobs.Held("q", raw)
+    mode, _, dead_entry = held_jobs._decide(held, count=True, how="test", now=1_700_000_000.0)
     assert mode in {"count", "bury"}
     if dead_entry:
         _writable(dead_entry)

@@ -24,7 +24,7 @@ import redis
 
 import forkq
 from forkq import keys
-from forkq.daemon import wait_for
+from forkq.subprocesses import wait_for
 
 from .conftest import Daemon, _cmdline, elapsed_since, identity_of, records, run_forkq, until
 

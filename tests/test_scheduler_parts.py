@@ -14,10 +14,11 @@ from zoneinfo import ZoneInfo
 import pytest
 import redis
 
-from forkq import config, due, keys, lease, orphans, periodic, wirejson
+from forkq import config, cron, keys, wirejson
+from forkq.cron import Periodic
+from forkq.daemon.children import due_jobs, lease, orphans, periodic
+from forkq.daemon.children.lease import Lease, LeaseLostError
 from forkq.errors import ConfigError
-from forkq.lease import Lease, LeaseLostError
-from forkq.periodic import Periodic
 from forkq.registry import REGISTRY
 
 from . import jobs  # noqa: F401 - registers the test jobs
@@ -36,17 +37,17 @@ NOON = epoch(2026, 11, 21, 12, 0, 0)
 
 
 def test_a_new_entry_fires_nothing_and_starts_counting_now() -> None:
-    assert periodic.due_ticks(EVERY_MINUTE, None, NOON + 30, grace=60) == ([], NOON + 30)
+    assert cron.due_ticks(EVERY_MINUTE, None, NOON + 30, grace=60) == ([], NOON + 30)
 
 
 def test_a_tick_fires_once_when_due() -> None:
-    assert periodic.due_ticks(EVERY_MINUTE, NOON - 30, NOON + 0.2, grace=60) == ([NOON], NOON)
-    assert periodic.due_ticks(EVERY_MINUTE, NOON, NOON + 0.5, grace=60) == ([], NOON)
-    assert periodic.due_ticks(EVERY_MINUTE, NOON, NOON + 59.9, grace=60) == ([], NOON)
+    assert cron.due_ticks(EVERY_MINUTE, NOON - 30, NOON + 0.2, grace=60) == ([NOON], NOON)
+    assert cron.due_ticks(EVERY_MINUTE, NOON, NOON + 0.5, grace=60) == ([], NOON)
+    assert cron.due_ticks(EVERY_MINUTE, NOON, NOON + 59.9, grace=60) == ([], NOON)
 
 
 def test_ticks_within_the_grace_all_fire_in_order() -> None:
-    ticks, mark = periodic.due_ticks(EVERY_MINUTE, NOON - 120, NOON + 50, grace=200)
+    ticks, mark = cron.due_ticks(EVERY_MINUTE, NOON - 120, NOON + 50, grace=200)
     assert ticks == [NOON - 60, NOON]
     assert mark == NOON
 
@@ -54,7 +55,7 @@ def test_ticks_within_the_grace_all_fire_in_order() -> None:
 @pytest.mark.parametrize(("missed", "fired"), [("latest", [NOON + 3600]), ("skip", [])])
 def test_ticks_missed_beyond_the_grace_follow_the_policy(missed: str, fired: list[float]) -> None:
     entry = Periodic(name="m", cron="* * * * *", job="Record", missed=missed)
-    ticks, mark = periodic.due_ticks(entry, NOON, NOON + 3600 + 30, grace=20)
+    ticks, mark = cron.due_ticks(entry, NOON, NOON + 3600 + 30, grace=20)
     assert ticks == fired
     assert mark == NOON + 3600  # every tick up to the latest is handled
 
@@ -62,37 +63,37 @@ def test_ticks_missed_beyond_the_grace_follow_the_policy(missed: str, fired: lis
 def test_a_tick_due_right_now_is_never_dropped_nor_taken_early() -> None:
     for missed in ("latest", "skip"):
         entry = Periodic(name="m", cron="* * * * *", job="Record", missed=missed)
-        assert periodic.due_ticks(entry, NOON - 60, NOON + 0.003, grace=1) == ([NOON], NOON)
-        assert periodic.due_ticks(entry, NOON - 60, NOON + 10, grace=10) == ([NOON], NOON)
-        assert periodic.due_ticks(entry, NOON - 60, NOON - 0.0005, grace=30) == (
+        assert cron.due_ticks(entry, NOON - 60, NOON + 0.003, grace=1) == ([NOON], NOON)
+        assert cron.due_ticks(entry, NOON - 60, NOON + 10, grace=10) == ([NOON], NOON)
+        assert cron.due_ticks(entry, NOON - 60, NOON - 0.0005, grace=30) == (
             [], NOON - 60)  # half a millisecond early: not yet
-        assert periodic.latest_tick(entry, NOON - 0.0005) == NOON - 60
-        assert periodic.latest_tick(entry, NOON) == NOON
+        assert cron.latest_tick(entry, NOON - 0.0005) == NOON - 60
+        assert cron.latest_tick(entry, NOON) == NOON
 
 
 def test_a_daily_tick_in_the_hour_dst_repeats_runs_once() -> None:
     berlin = Periodic(name="b", cron="30 2 * * *", job="Record", timezone="Europe/Berlin")
     first = epoch(2024, 10, 27, 0, 30, 0)  # 02:30 CEST; 02:30 CET would follow an hour later
-    assert periodic.next_tick(berlin, first - 60) == first
-    assert periodic.next_tick(berlin, first) == epoch(2024, 10, 28, 1, 30, 0)  # 02:30 CET
-    assert periodic.latest_tick(berlin, first + 3600 + 60) == first
-    assert periodic.due_ticks(berlin, first, first + 3600 + 60, grace=60) == ([], first)
+    assert cron.next_tick(berlin, first - 60) == first
+    assert cron.next_tick(berlin, first) == epoch(2024, 10, 28, 1, 30, 0)  # 02:30 CET
+    assert cron.latest_tick(berlin, first + 3600 + 60) == first
+    assert cron.due_ticks(berlin, first, first + 3600 + 60, grace=60) == ([], first)
 
 
 def test_a_cron_that_never_matches_is_rejected() -> None:
-    for cron in ("0 0 30 2 *", "0 0 31 4 *"):
+    for expression in ("0 0 30 2 *", "0 0 31 4 *"):
         with pytest.raises(ValueError, match="never matches"):
-            periodic.check_schedule(cron, "UTC")
+            cron.check_schedule(expression, "UTC")
     with pytest.raises(ValueError, match="5 fields"):
-        periodic.check_schedule("* * * * * * 2030", "UTC")
+        cron.check_schedule("* * * * * * 2030", "UTC")
 
 
 def test_the_timezone_decides_when_a_daily_tick_is() -> None:
     berlin = Periodic(name="b", cron="0 3 * * *", job="Record", timezone="Europe/Berlin")
     after = epoch(2026, 11, 21, 0, 0, 0)
-    assert periodic.next_tick(berlin, after) == epoch(2026, 11, 21, 3, 0, 0,
+    assert cron.next_tick(berlin, after) == epoch(2026, 11, 21, 3, 0, 0,
                                                       tz=ZoneInfo("Europe/Berlin"))
-    assert periodic.next_tick(berlin, after) == epoch(2026, 11, 21, 2, 0, 0)
+    assert cron.next_tick(berlin, after) == epoch(2026, 11, 21, 2, 0, 0)
 
 
 # -- configuration ------------------------------------------------------------------------------
@@ -155,7 +156,7 @@ def test_a_periodic_job_must_be_registered(tmp_path: object) -> None:
     conf = load(tmp_path, "periodic:\n  - cron: '* * * * *'\n    class: Nope\n")
     with pytest.raises(ConfigError, match=r"periodic: entry 1 \(Nope \* \* \* \* \*\): "
                        "no registered job 'Nope'"):
-        periodic.check_jobs(conf, REGISTRY)
+        cron.check_jobs(conf, REGISTRY)
 
 
 # -- the lease ----------------------------------------------------------------------------------
@@ -211,9 +212,9 @@ def test_a_paused_ex_leader_moves_no_due_job(r: redis.Redis) -> None:
     r.zadd(keys.SCHEDULE, {scheduled_job("x"): time.time() - 1})
     assert old.token is not None and new.token is not None
     with pytest.raises(LeaseLostError):
-        due.move_due(r, old.token, time.time())
+        due_jobs.move_due(r, old.token, time.time())
     assert r.zcard(keys.SCHEDULE) == 1 and r.llen("queue:default") == 0
-    assert due.move_due(r, new.token, time.time()) == 1
+    assert due_jobs.move_due(r, new.token, time.time()) == 1
 
 
 def test_a_paused_ex_leader_recovers_and_fires_nothing(r: redis.Redis) -> None:
@@ -243,7 +244,7 @@ def test_due_jobs_move_with_a_fresh_enqueued_at_and_everything_else_kept(r: redi
     later = scheduled_job("later")
     r.zadd(keys.SCHEDULE, {early: now - 10, later: now + 60})
     r.zadd(keys.RETRY, {retry: now - 1})
-    assert due.move_due(r, grab(r), now) == 2
+    assert due_jobs.move_due(r, grab(r), now) == 2
     moved = json.loads(r.lindex("queue:critical", 0))
     assert list(moved) == [*json.loads(early), "enqueued_at"]
     assert moved["enqueued_at"] == now and moved["tags"] == ["a"] and moved["custom"] == {"k": 1}
@@ -252,28 +253,28 @@ def test_due_jobs_move_with_a_fresh_enqueued_at_and_everything_else_kept(r: redi
     assert r.smembers(keys.QUEUES) == {b"critical", b"low"}
     assert r.zrange(keys.SCHEDULE, 0, -1) == [later.encode()]
     assert r.zcard(keys.RETRY) == 0
-    assert due.next_due(r) == pytest.approx(now + 60)
+    assert due_jobs.next_due(r) == pytest.approx(now + 60)
 
 
 def test_an_existing_enqueued_at_is_replaced_in_place(r: redis.Redis) -> None:
     now = time.time()
     job = scheduled_job("x", enqueued_at=1.5, z=2)
     r.zadd(keys.RETRY, {job: now - 1})
-    due.move_due(r, grab(r), now)
+    due_jobs.move_due(r, grab(r), now)
     assert list(json.loads(r.lindex("queue:default", 0))) == list(json.loads(job))
     assert json.loads(r.lindex("queue:default", 0))["enqueued_at"] == now
 
 
 def test_a_malformed_due_entry_goes_unchanged_to_the_default_queue(r: redis.Redis) -> None:
     r.zadd(keys.SCHEDULE, {b"not json \xff": 1.0, b'{"queue": 5}': 2.0})
-    assert due.move_due(r, grab(r), time.time()) == 2
+    assert due_jobs.move_due(r, grab(r), time.time()) == 2
     assert set(r.lrange("queue:default", 0, -1)) == {b'{"queue": 5}', b"not json \xff"}
 
 
 def test_thousands_of_due_jobs_move_in_batches_each_once(r: redis.Redis) -> None:
     now = time.time()
     r.zadd(keys.SCHEDULE, {scheduled_job(str(i)): now - i / 1000 for i in range(2500)})
-    assert due.move_due(r, grab(r), now) == 2500
+    assert due_jobs.move_due(r, grab(r), now) == 2500
     assert r.llen("queue:default") == 2500 and r.zcard(keys.SCHEDULE) == 0
 
 
@@ -339,7 +340,7 @@ def test_the_third_recovery_of_a_job_sends_it_to_the_dead_set(r: redis.Redis) ->
 def test_a_tick_is_enqueued_once_whoever_fires_it(r: redis.Redis) -> None:
     entry = Periodic(name="m", cron="* * * * *", job="Record", args=(1,), queue="ticks")
     token = grab(r)
-    payload = periodic.payload_for(entry, REGISTRY, NOON, time.time())
+    payload = cron.payload_for(entry, REGISTRY, NOON, time.time())
     assert payload["periodic"] == "m" and payload["periodic_at"] == NOON
     assert periodic.fire(r, token, name="m", tick=NOON, payload=payload)
     assert not periodic.fire(r, token, name="m", tick=NOON, payload=payload)
@@ -361,7 +362,7 @@ def test_a_member_rescheduled_after_it_was_read_is_not_moved(r: redis.Redis) -> 
 
 
 def test_a_fetch_puts_its_in_flight_list_back_in_the_registry(r: redis.Redis) -> None:
-    from forkq.fetch import Fetcher
+    from forkq.daemon.children.fetch import Fetcher
 
     key = keys.inflight("cut:1:ffffffffffff", 7)
     r.lpush("queue:default", b"job")

@@ -33,10 +33,10 @@ import redis
 
 import forkq
 from forkq import payload as payloads
-from forkq import retry as retries
 from forkq import wirejson
-from forkq.daemon import terminate
+from forkq.daemon.children import failures
 from forkq.embedded import EmbeddedServer
+from forkq.subprocesses import terminate
 
 from .conftest import run_forkq, until
 
@@ -273,7 +273,7 @@ def _values() -> list[Any]:
     job = payloads.build("HardWorker", ["bob", 1e-05, 1e20, "a/b\u2028"], queue="default",
                          options={"tags": ["x"]}, now=time.time())
     job["enqueued_at"] = time.time()
-    retries.record_error(job, "ValueError", 'bad "x"\n\tat line 1', time.time())
+    failures.record_error(job, "ValueError", 'bad "x"\n\tat line 1', time.time())
     values.append(job)
     return values
 
@@ -307,8 +307,8 @@ def test_sidekiq_reschedule_moves_forkq_retry(server: EmbeddedServer,
         "Boom", ["x", 1e-05, 1e20, 1234567890123456.7, -0.0, 2**70, 'a/b\u2028"\xe9\U0001f600\x01'],
         queue="default", retry=3, options={"backtrace": 3, "tags": ["t"]}, now=now)
     payload["enqueued_at"] = now + 0.25
-    retries.record_error(payload, "ValueError", 'bad "x"\nsecond line', now + 0.5)
-    payload["error_backtrace"] = retries.compress_backtrace(["jobs.py:1:in `perform'"])
+    failures.record_error(payload, "ValueError", 'bad "x"\nsecond line', now + 0.5)
+    payload["error_backtrace"] = failures.compress_backtrace(["jobs.py:1:in `perform'"])
     member = payloads.encode(payload)
     r.zadd("retry", {member: now + 3600})
 

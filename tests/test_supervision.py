@@ -23,8 +23,8 @@ import pytest
 import redis
 
 import forkq
-from forkq.daemon import wait_for
 from forkq.embedded import EmbeddedServer, find_binary
+from forkq.subprocesses import wait_for
 
 from .conftest import Daemon, records, until
 

@@ -1,6 +1,7 @@
 """systemd integration without systemd running: sd_notify datagrams and the unit files.
 
-The :class:`~forkq.sdnotify.Notifier` tests bind a real ``AF_UNIX``/``SOCK_DGRAM`` socket (a path
+The :class:`~forkq.daemon.master.sdnotify.Notifier` tests bind a real
+``AF_UNIX``/``SOCK_DGRAM`` socket (a path
 under ``tmp_path``, and once an abstract ``@name``) and read back exactly what systemd would
 receive. The unit-file tests always check the directives forkq relies on, and also run
 ``systemd-analyze verify`` where that tool exists. No Redis is needed.
@@ -22,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from forkq.config import Config
+from forkq.daemon.master.sdnotify import Notifier
 from forkq.errors import EXIT_CONFIG, EXIT_NOPERM
-from forkq.sdnotify import Notifier
 
 from .conftest import ROOT
 

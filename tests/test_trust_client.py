@@ -22,8 +22,8 @@ import redis
 
 import forkq
 from forkq import client as clients
-from forkq.daemon import wait_for
 from forkq.errors import EXIT_CONFIG, EXIT_NOPERM
+from forkq.subprocesses import wait_for
 
 from .conftest import run_forkq
 

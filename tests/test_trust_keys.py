@@ -25,10 +25,12 @@ import pytest
 import redis
 
 import forkq
-from forkq import due, fetch, keys, orphans, periodic, retry, settle
+from forkq import keys
+from forkq.daemon import held_jobs
+from forkq.daemon.children import due_jobs, failures, fetch, orphans, periodic
+from forkq.daemon.children.lease import Lease
 from forkq.embedded import EmbeddedServer
-from forkq.jobsets import RetrySet
-from forkq.lease import Lease
+from forkq.ops.sorted_sets import RetrySet
 
 from .conftest import Daemon, records, until
 from .test_supervision import push, started
@@ -65,9 +67,9 @@ def test_filing_a_failure_into_a_wrong_typed_set_keeps_the_job_held(r: redis.Red
     job = _job().encode()
     r.rpush("forkq:inflight:h:1:bbbbbbbbbbbb:2", "queue:default", job)
     _wrong(r, target)
-    failure = retry.Failure(target, _job(error_class="E"), 1.0)
+    failure = failures.Failure(target, _job(error_class="E"), 1.0)
     with pytest.raises(redis.ResponseError) as refused:
-        retry.file(r, "forkq:inflight:h:1:bbbbbbbbbbbb:2", failure, held=job)
+        failures.file(r, "forkq:inflight:h:1:bbbbbbbbbbbb:2", failure, held=job)
     _refusal(refused, target, "string")
     assert r.lrange("forkq:inflight:h:1:bbbbbbbbbbbb:2", 0, -1) == [b"queue:default", job]
     assert r.get(target) == b"not what forkq expects" and not r.exists("stat:failed")
@@ -77,8 +79,8 @@ def test_filing_goes_on_past_counters_of_the_wrong_type(r: redis.Redis) -> None:
     job = _job().encode()
     r.rpush("forkq:inflight:h:1:bbbbbbbbbbbb:2", "queue:default", job)
     _wrong(r, "stat:failed", "hash")
-    assert retry.file(r, "forkq:inflight:h:1:bbbbbbbbbbbb:2",
-                      retry.Failure("retry", _job(error_class="E"), 1.0), held=job)
+    assert failures.file(r, "forkq:inflight:h:1:bbbbbbbbbbbb:2",
+                      failures.Failure("retry", _job(error_class="E"), 1.0), held=job)
     assert r.zcard("retry") == 1 and not r.exists("forkq:inflight:h:1:bbbbbbbbbbbb:2")
 
 
@@ -90,12 +92,12 @@ def test_moving_due_jobs_leaves_those_for_a_bad_queue_and_moves_the_rest(
     r.zadd("schedule", {_job("f" * 24, queue="other"): 2.0})
     _wrong(r, "queue:default")
     with caplog.at_level(logging.ERROR):
-        assert due.move_due(r, TOKEN, time.time()) == 1
+        assert due_jobs.move_due(r, TOKEN, time.time()) == 1
     assert sorted(m.decode() for m in r.zrange("schedule", 0, -1)) == sorted(stuck)
     assert r.llen("queue:other") == 1 and r.get("queue:default") == b"not what forkq expects"
     assert "'queue:default'" in caplog.text and "holds a string" in caplog.text
     r.delete("queue:default")
-    assert due.move_due(r, TOKEN, time.time()) == 5 and r.zcard("schedule") == 0
+    assert due_jobs.move_due(r, TOKEN, time.time()) == 5 and r.zcard("schedule") == 0
 
 
 def test_a_wrong_typed_schedule_set_is_reported_and_retry_still_moves(
@@ -104,8 +106,8 @@ def test_a_wrong_typed_schedule_set_is_reported_and_retry_still_moves(
     _wrong(r, "schedule", "hash")
     r.zadd("retry", {_job(): 1.0})
     with caplog.at_level(logging.ERROR):
-        assert due.next_due(r) == 1.0
-        assert due.move_due(r, TOKEN, time.time()) == 1
+        assert due_jobs.next_due(r) == 1.0
+        assert due_jobs.move_due(r, TOKEN, time.time()) == 1
     assert "'schedule'" in caplog.text and r.llen("queue:default") == 1
 
 
@@ -155,8 +157,12 @@ def test_a_death_count_holding_anything_else_restarts(r: redis.Redis, held: str 
         _wrong(r, keys.kills(jid), "hash")
     else:
         r.set(keys.kills(jid), held)
-    assert settle._count_kill(r, jid) == deaths
+    r.rpush(INFLIGHT, "queue:default", _job(jid))
+    back = held_jobs.give_back(r, INFLIGHT, held_jobs.read(r, INFLIGHT), count=True,
+                               how="killed by signal SIGKILL", now=time.time())
+    assert (back.outcome, back.deaths) == ("requeued", deaths)
     assert 0 < r.ttl(keys.kills(jid)) <= keys.KILLS_TTL
+    r.delete("queue:default")
     r.set(keys.LEADER, TOKEN)
     r.rpush(INFLIGHT, "queue:default", _job())
     r.sadd(keys.INFLIGHT_REGISTRY, INFLIGHT)
@@ -175,18 +181,22 @@ def test_recovery_goes_on_past_a_wrong_typed_process_set(r: redis.Redis) -> None
 
 
 def test_an_in_flight_list_naming_no_queue_gives_its_job_back_to_default(r: redis.Redis) -> None:
-    r.rpush("forkq:inflight:h:1:bbbbbbbbbbbb:3", "stat:processed", b"job")
-    assert fetch.requeue(r, "forkq:inflight:h:1:bbbbbbbbbbbb:3", unregister=True) == b"job"
-    assert r.lrange("queue:default", 0, -1) == [b"job"] and not r.exists("stat:processed")
+    key = "forkq:inflight:h:1:bbbbbbbbbbbb:3"
+    r.rpush(key, "stat:processed", _job())
+    back = held_jobs.give_back(r, key, held_jobs.read(r, key), count=False, how="", now=1.0)
+    assert back.outcome == "requeued"
+    assert r.lrange("queue:default", 0, -1) == [_job().encode()]
+    assert not r.exists("stat:processed")
 
 
 def test_requeueing_into_a_wrong_typed_queue_leaves_the_list(r: redis.Redis) -> None:
-    r.rpush("forkq:inflight:h:1:bbbbbbbbbbbb:3", "queue:default", b"job")
+    key = "forkq:inflight:h:1:bbbbbbbbbbbb:3"
+    r.rpush(key, "queue:default", _job())
     _wrong(r, "queue:default", "hash")
     with pytest.raises(redis.ResponseError) as refused:
-        fetch.requeue(r, "forkq:inflight:h:1:bbbbbbbbbbbb:3", unregister=True)
+        held_jobs.give_back(r, key, held_jobs.read(r, key), count=False, how="", now=1.0)
     _refusal(refused, "queue:default", "hash")
-    assert r.lrange("forkq:inflight:h:1:bbbbbbbbbbbb:3", 0, -1) == [b"queue:default", b"job"]
+    assert r.lrange(key, 0, -1) == [b"queue:default", _job().encode()]
 
 
 @pytest.mark.parametrize("target", ["queue:default", keys.PERIODIC])

@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 import redis
 
-from forkq import localproof
+from forkq.daemon import process_proof
 
 from .conftest import Daemon, records, until
 from .test_supervision import push
@@ -111,22 +111,22 @@ def _group(d: Daemon) -> list[psutil.Process]:
 def test_only_a_process_that_is_provably_gone_counts_as_gone() -> None:
     """The proof: same kernel run and pid namespace, and the pid free, a zombie, or another
     process (another start time). Anything unknown proves nothing."""
-    here = localproof.this_host()
+    here = process_proof.this_host()
     assert here.known()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        start = localproof.start_time(child.pid)
+        start = process_proof.start_time(child.pid)
         assert start is not None
-        assert not localproof.gone(child.pid, start, here, here), "alive, same start"
-        assert not localproof.gone(child.pid, None, here, here), "alive, start unknown"
-        assert localproof.gone(child.pid, start - 5, here, here), "pid reused by another"
-        elsewhere = localproof.Host("another-boot", here.pid_ns)
-        assert not localproof.gone(child.pid, start - 5, elsewhere, here), "another kernel run"
-        assert not localproof.gone(child.pid, start - 5, here, localproof.Host("", "")), \
+        assert not process_proof.gone(child.pid, start, here, here), "alive, same start"
+        assert not process_proof.gone(child.pid, None, here, here), "alive, start unknown"
+        assert process_proof.gone(child.pid, start - 5, here, here), "pid reused by another"
+        elsewhere = process_proof.Host("another-boot", here.pid_ns)
+        assert not process_proof.gone(child.pid, start - 5, elsewhere, here), "another kernel run"
+        assert not process_proof.gone(child.pid, start - 5, here, process_proof.Host("", "")), \
             "nothing known here"
         child.kill()
-        until(lambda: localproof.gone(child.pid, start, here, here), 5)  # a zombie runs nothing
+        until(lambda: process_proof.gone(child.pid, start, here, here), 5)  # a zombie runs nothing
     finally:
         child.kill()
         child.wait(timeout=10)
-    assert localproof.gone(child.pid, start, here, here), "reaped: the pid is free"
+    assert process_proof.gone(child.pid, start, here, here), "reaped: the pid is free"

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from forkq import logs, processes
 from forkq import payload as payloads
-from forkq.refusal import Recurring, describe, is_refusal
-from forkq.supervisor import STALL_SLACK, overslept
+from forkq.daemon import logs
+from forkq.daemon.master.supervisor import STALL_SLACK, overslept
+from forkq.daemon.refusal import Recurring, describe, is_refusal
+from forkq.ops import processes
 
 
 def test_a_turn_more_than_the_slack_late_is_a_stall() -> None:

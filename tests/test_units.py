@@ -12,13 +12,14 @@ from collections import Counter
 
 import pytest
 
-from forkq import fetch, retry, wirejson
 from forkq import payload as job
+from forkq import wirejson
+from forkq.daemon.children import failures, fetch
+from forkq.daemon.signals import SelfPipe
 from forkq.errors import MalformedJobError, UnknownJobError
 from forkq.middleware import Chain
 from forkq.registry import Job, Registry
 from forkq.registry import job as job_decorator
-from forkq.signals import SelfPipe
 
 
 @pytest.mark.parametrize(("value", "text"), [
@@ -97,17 +98,17 @@ def test_strict_order_is_the_configured_order() -> None:
 
 def test_backoff_is_sidekiqs_formula() -> None:
     for count in (0, 1, 5, 24):
-        delays = {retry.backoff(count, random.Random(seed)) for seed in range(200)}
+        delays = {failures.backoff(count, random.Random(seed)) for seed in range(200)}
         assert min(delays) == count**4 + 15
         assert max(delays) == count**4 + 15 + 9 * (count + 1)
-    assert retry.backoff(2, random.Random(1), base=100) - 100 - 15 in range(0, 28, 3)
+    assert failures.backoff(2, random.Random(1), base=100) - 100 - 15 in range(0, 28, 3)
 
 
 def test_allowed_retries() -> None:
-    assert retry.allowed_retries(True, 25) == 25
-    assert retry.allowed_retries(3, 25) == 3
-    assert retry.allowed_retries(0, 25) == 0
-    assert retry.allowed_retries(False, 25) is None
+    assert failures.allowed_retries(True, 25) == 25
+    assert failures.allowed_retries(3, 25) == 3
+    assert failures.allowed_retries(0, 25) == 0
+    assert failures.allowed_retries(False, 25) is None
 
 
 def test_failure_fields_follow_job_retry() -> None:
@@ -115,7 +116,7 @@ def test_failure_fields_follow_job_retry() -> None:
     try:
         raise ValueError("bad")
     except ValueError as exc:
-        first = retry.plan(payload, exc, max_retries=25, rng=random.Random(0), now=100.0)
+        first = failures.plan(payload, exc, max_retries=25, rng=random.Random(0), now=100.0)
         assert first.mode == "retry" and 115 <= first.score <= 124
         filed = json.loads(first.payload)
         assert (filed["error_class"], filed["error_message"], filed["retry_count"]) == (
@@ -123,7 +124,7 @@ def test_failure_fields_follow_job_retry() -> None:
         assert filed["failed_at"] == 100.0 and "retried_at" not in filed
         lines = json.loads(zlib.decompress(base64.b64decode(filed["error_backtrace"])))
         assert len(lines) == 1 and "in `test_failure_fields_follow_job_retry'" in lines[0]
-        second = retry.plan(filed, exc, max_retries=25, rng=random.Random(0), now=200.0)
+        second = failures.plan(filed, exc, max_retries=25, rng=random.Random(0), now=200.0)
     assert second.mode == "dead" and second.score == 200.0
     dead = json.loads(second.payload)
     assert (dead["retry_count"], dead["retried_at"], dead["failed_at"]) == (1, 200.0, 100.0)
@@ -132,9 +133,9 @@ def test_failure_fields_follow_job_retry() -> None:
 def test_retry_false_drops_and_dead_false_never_buries() -> None:
     exc = RuntimeError("x")
     dropped = job.build("X", [], queue="q", retry=False, now=1.0)
-    assert retry.plan(dropped, exc, max_retries=25, rng=random.Random(), now=2.0).mode == "drop"
+    assert failures.plan(dropped, exc, max_retries=25, rng=random.Random(), now=2.0).mode == "drop"
     kept = job.build("X", [], queue="q", retry=0, options={"dead": False}, now=1.0)
-    assert retry.plan(kept, exc, max_retries=25, rng=random.Random(), now=2.0).mode == "drop"
+    assert failures.plan(kept, exc, max_retries=25, rng=random.Random(), now=2.0).mode == "drop"
 
 
 def test_retry_for_closes_the_retry_window_in_seconds_or_sidekiq_8_milliseconds() -> None:
@@ -142,8 +143,8 @@ def test_retry_for_closes_the_retry_window_in_seconds_or_sidekiq_8_milliseconds(
     for failed_at in (1000.0, 1_000_000):  # float seconds; integer milliseconds (8.x)
         payload = job.build("X", [], queue="q", options={"retry_for": 60}, now=1.0)
         payload["failed_at"], payload["retry_count"] = failed_at, 0
-        inside = retry.plan(dict(payload), exc, max_retries=25, rng=random.Random(), now=1059.0)
-        after = retry.plan(dict(payload), exc, max_retries=25, rng=random.Random(), now=1061.0)
+        inside = failures.plan(dict(payload), exc, max_retries=25, rng=random.Random(), now=1059.0)
+        after = failures.plan(dict(payload), exc, max_retries=25, rng=random.Random(), now=1061.0)
         assert (inside.mode, after.mode) == ("retry", "dead"), failed_at
 
 
@@ -156,7 +157,7 @@ def test_a_message_that_is_not_utf8_or_cannot_be_read_is_still_filed() -> None:
     for exc, message in [(RuntimeError(f"cannot open {name}"), "cannot open report-\ufffd.csv"),
                          (UnprintableError(), "(the message could not be read: RuntimeError)")]:
         payload = job.build("X", [], queue="q", now=1.0)
-        planned = retry.plan(payload, exc, max_retries=25, rng=random.Random(), now=2.0)
+        planned = failures.plan(payload, exc, max_retries=25, rng=random.Random(), now=2.0)
         assert planned.mode == "retry" and json.loads(planned.payload)["error_message"] == message
 
 
@@ -168,13 +169,13 @@ def test_retry_in_sets_the_base_delay_and_a_faulty_one_falls_back_to_the_default
     for retry_in, low, high in [(lambda c, e: 1000, 1015, 1024), (boom, 15, 24),
                                 (lambda c, e: "soon", 15, 24), (None, 15, 24)]:
         payload = job.build("X", [], queue="q", now=1.0)
-        planned = retry.plan(payload, exc, max_retries=25, rng=random.Random(0), now=0.0,
+        planned = failures.plan(payload, exc, max_retries=25, rng=random.Random(0), now=0.0,
                              retry_in=retry_in)
         assert planned.mode == "retry" and low <= planned.score <= high, (retry_in, planned)
 
 
 def test_backtrace_is_rubys_mime_base64() -> None:
-    text = retry.compress_backtrace([f"line {n}" for n in range(50)])
+    text = failures.compress_backtrace([f"line {n}" for n in range(50)])
     assert all(len(line) <= 60 for line in text.split("\n")) and text.endswith("\n")
     assert json.loads(zlib.decompress(base64.b64decode(text)))[49] == "line 49"
 

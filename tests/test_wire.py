@@ -9,9 +9,11 @@ import time
 
 import redis
 
-from forkq import fetch, keys, retry
+from forkq import keys
 from forkq import payload as payloads
 from forkq.client import Client
+from forkq.daemon import held_jobs
+from forkq.daemon.children import failures, fetch
 from forkq.middleware import Chain
 
 DECIMAL = re.compile(r'"(created_at|enqueued_at)":\d+\.\d+[,}]')
@@ -102,14 +104,18 @@ def test_a_call_repeated_after_a_lost_reply_loses_no_job(r: redis.Redis) -> None
 
 
 def test_requeue_puts_the_job_back_at_the_front_unchanged(r: redis.Redis) -> None:
-    r.lpush("queue:a", b"held", b"next")
+    held, following = b'{"class":"A","args":[1]}', b'{"class":"A","args":[2]}'
+    r.lpush("queue:a", held, following)
     r.sadd(keys.INFLIGHT_REGISTRY, "forkq:inflight:test:1")
     _fetcher(r, [("a", 1)]).ack_and_fetch(ack=None)
-    assert fetch.requeue(r, "forkq:inflight:test:1", unregister=True) == b"held"
-    assert r.lrange("queue:a", 0, -1) == [b"next", b"held"]  # right end = fetched next
-    assert r.exists("forkq:inflight:test:1") == 0
+    key = "forkq:inflight:test:1"
+    back = held_jobs.give_back(r, key, held_jobs.read(r, key), count=False, how="", now=1.0)
+    assert (back.outcome, back.job) == ("requeued", held)
+    assert r.lrange("queue:a", 0, -1) == [following, held]  # right end = fetched next
+    assert r.exists(key) == 0
     assert r.smembers(keys.INFLIGHT_REGISTRY) == set()
-    assert fetch.requeue(r, "forkq:inflight:test:1", unregister=True) is None
+    back = held_jobs.give_back(r, key, held_jobs.read(r, key), count=False, how="", now=1.0)
+    assert back.outcome == "empty"
 
 
 def _hold(r: redis.Redis, job: bytes) -> bytes:
@@ -121,14 +127,15 @@ def _hold(r: redis.Redis, job: bytes) -> bytes:
 
 def test_fail_files_retry_then_dead_and_counts(r: redis.Redis) -> None:
     key = "forkq:inflight:test:1"
-    assert retry.file(r, key, retry.Failure("retry", '{"jid":"1"}', 1e10), held=_hold(r, b"x"))
+    failure = failures.Failure("retry", '{"jid":"1"}', 1e10)
+    assert failures.file(r, key, failure, held=_hold(r, b"x"))
     assert r.zrange("retry", 0, -1, withscores=True) == [(b'{"jid":"1"}', 1e10)]
     assert r.exists(key) == 0
     now = time.time()
     r.zadd("dead", {"ancient": now - keys.DEAD_TIMEOUT - 10})
-    retry.file(r, key, retry.Failure("dead", '{"jid":"2"}', now), held=_hold(r, b"y"))
+    failures.file(r, key, failures.Failure("dead", '{"jid":"2"}', now), held=_hold(r, b"y"))
     assert r.zrange("dead", 0, -1) == [b'{"jid":"2"}']
-    retry.file(r, key, retry.Failure("drop", '{"jid":"3"}', now), held=_hold(r, b"z"))
+    failures.file(r, key, failures.Failure("drop", '{"jid":"3"}', now), held=_hold(r, b"z"))
     assert r.zcard("retry") == 1 and r.zcard("dead") == 1
     assert (int(r.get("stat:processed") or 0), int(r.get("stat:failed") or 0)) == (3, 3)
 
@@ -137,7 +144,7 @@ def test_fail_files_nothing_for_a_job_the_list_no_longer_holds(r: redis.Redis) -
     key = "forkq:inflight:test:1"
     _hold(r, b"recovered")
     r.delete(key)  # the leader's orphan sweep gave it back while this process was cut off
-    assert not retry.file(r, key, retry.Failure("retry", '{"jid":"1"}', 1e10),
+    assert not failures.file(r, key, failures.Failure("retry", '{"jid":"1"}', 1e10),
                           held=b"recovered")
     assert r.zcard("retry") == 0 and r.get("stat:failed") is None
 
@@ -145,7 +152,7 @@ def test_fail_files_nothing_for_a_job_the_list_no_longer_holds(r: redis.Redis) -
 def test_dead_set_is_trimmed_to_its_size(r: redis.Redis) -> None:
     now = time.time()
     r.zadd("dead", {f"old{n}": now - 20_000 + n for n in range(keys.DEAD_MAX_JOBS)})
-    retry.file(r, "forkq:inflight:test:1", retry.Failure("dead", "newest", now),
+    failures.file(r, "forkq:inflight:test:1", failures.Failure("dead", "newest", now),
                held=_hold(r, b"x"))
     assert r.zcard("dead") == keys.DEAD_MAX_JOBS
     assert r.zrange("dead", -1, -1) == [b"newest"] and r.zscore("dead", "old0") is None

@@ -11,6 +11,9 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
+import redis
+from redis.commands.core import Script
+
 
 @cache
 def source(name: str) -> str:
@@ -20,3 +23,13 @@ def source(name: str) -> str:
 
 def _read(name: str) -> str:
     return resources.files(__name__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+
+
+def script(client: redis.Redis, name: str) -> Script:
+    """The script ``name`` registered with ``client``: once per client, not on every call
+    (kept on the client object, so it lives and goes with it)."""
+    registered: dict[str, Script] = vars(client).setdefault("_forkq_scripts", {})
+    found = registered.get(name)
+    if found is None:
+        found = registered[name] = client.register_script(source(name))
+    return found

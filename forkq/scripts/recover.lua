@@ -1,12 +1,14 @@
--- recover.lua: give back the in-flight job of a dead process (the leader's orphan sweep).
+-- recover.lua: give back the in-flight job of a dead process: a child the master reaped,
+-- or a dead daemon's (the leader's orphan sweep, a restart's recovery); caller:
+-- forkq/daemon/held_jobs.py.
 --
 -- KEYS[1]  forkq:leader        KEYS[2]  the in-flight list: empty or {queue key, job}
 -- KEYS[3]  forkq:inflight      KEYS[4]  <identity>, the owner's process hash
 -- KEYS[5]  forkq:beats:<identity>, its children's heartbeats
 -- KEYS[6]  forkq:kills:<jid>   KEYS[7]  dead
--- ARGV[1]  the leader's owner token (fencing), or "" when the caller proved the owner gone
---          on its own host (restart recovery, forkq/reclaim.py): then neither the lease
---          nor the owner's records are checked
+-- ARGV[1]  the leader's owner token (fencing), or "" when the caller knows the owner gone
+--          (the master reaped its child; a restart proved its earlier incarnation gone on
+--          this host): then neither the lease nor the owner's records are checked
 -- ARGV[2]  the job the caller saw in KEYS[2], or "" for none
 -- ARGV[3]  "count": count this recovery as a death of the job (KEYS[6]);
 --          "bury": file ARGV[5] to the dead set now (a malformed job, raw bytes kept);
@@ -22,9 +24,11 @@
 -- the owner's master and child gone (same kernel run, pid free or reused). Nothing
 -- happens either if KEYS[2] no longer holds ARGV[2]. Otherwise the job goes back to the
 -- right end of its queue (the next one fetched), or to the dead set at the death limit
--- (at once when malformed); KEYS[2] is deleted and unregistered. A first element that names no queue:<name> key sends the job to
--- queue:default. Refuses, changing nothing, when the queue or KEYS[7] holds another
--- type (KEYS[6] is forkq's own counter: count_death restarts it). Returns "requeued", "dead", "dropped" or "empty"; or -1 without the
+-- (at once when malformed); KEYS[2] is deleted and unregistered. A first element that
+-- names no queue:<name> key sends the job to queue:default. Refuses, changing nothing,
+-- when the queue or KEYS[7] holds another type (KEYS[6] is forkq's own counter:
+-- count_death restarts it). Returns {outcome, deaths}: "requeued", "dead", "dropped" or
+-- "empty", and the job's deaths counted so far (0 when not counted); or -1 without the
 -- lease, -2 when the owner is alive, -3 when the list changed.
 if ARGV[1] ~= "" then
   if redis.call("GET", KEYS[1]) ~= ARGV[1] then
@@ -50,11 +54,13 @@ end
 -- this may fail: every key was checked above.
 redis.call("DEL", KEYS[2])
 local outcome = "empty"
+local deaths = 0
 if job then
   outcome = "requeued"
   local bury = ARGV[3] == "bury"
   if ARGV[3] == "count" then
-    bury = count_death(KEYS[6], ARGV[6]) >= tonumber(ARGV[4])
+    deaths = count_death(KEYS[6], ARGV[6])
+    bury = deaths >= tonumber(ARGV[4])
   end
   if bury then
     outcome = "dropped"
@@ -70,4 +76,4 @@ if job then
   end
 end
 try("SREM", KEYS[3], KEYS[2])
-return outcome
+return {outcome, deaths}

@@ -1,0 +1,180 @@
+"""A forked child's life, shared by the processor and the scheduler children.
+
+Master side: :class:`OsProcesses` forks with :data:`FORK_BLOCKED` blocked (so no signal
+meets the master's handlers in the child, or a default action before the child's own
+handlers are in place), runs the child's body behind its process boundary (the child
+always ends with ``os._exit``), waits for and signals children by pid. It is the one
+place the master touches processes: :class:`Processes` is what the pool and the
+scheduler slot are given, and what a unit test replaces. :func:`respawn_delay` is the
+quick-death backoff both slots apply; :func:`describe` words a wait status.
+
+Child side: :func:`setup` takes the steps every child takes after fork (role in the
+log, signals, its own Redis connection, the default client, process title, heartbeat
+thread; the heartbeat starts last and unblocks the signals: every handler is in place
+by then). :func:`report` writes the one-line boot report a processor sends its master.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import Protocol
+
+import redis
+from setproctitle import setproctitle
+
+from forkq import __version__
+from forkq import client as clients
+from forkq.config import Config
+from forkq.connection import connect
+from forkq.daemon import logs
+from forkq.daemon.children.beat_thread import BeatThread
+from forkq.daemon.signals import SelfPipe
+from forkq.errors import EXIT_SOFTWARE
+
+IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGHUP)
+"""Sent to the whole process group by a terminal or systemd; only the master acts on them."""
+STOP_SIGNAL = signal.SIGUSR1
+"""What the master sends a child to make it finish its job (or hand over) and exit."""
+FORK_BLOCKED = frozenset({*IGNORED_SIGNALS, STOP_SIGNAL, signal.SIGTTIN, signal.SIGUSR2})
+"""Blocked by the master around fork and by the child until its own handlers are in place, so
+no signal meets the master's handlers (and wakeup pipe) or a default action in the child."""
+
+QUICK_DEATH = 5.0  # an abnormal death this soon after the fork counts toward the backoff
+BACKOFF_BASE = 0.5
+MAX_BACKOFF = 30.0  # also the wait after a failed fork
+
+
+# -- master side ------------------------------------------------------------------------------
+
+
+class Processes(Protocol):
+    """The master's effects on processes: what the pool and the scheduler slot are given."""
+
+    def fork(self, body: Callable[[], int]) -> int:
+        """Fork; in the child run ``body`` and exit with its code. The child's pid (OSError)."""
+
+    def wait(self, pid: int, *, block: bool = False) -> int | None:
+        """The wait status of child ``pid`` once it exited (0 if it is not ours), else None."""
+
+    def kill(self, pid: int, signum: int) -> None:
+        """Send ``signum`` to ``pid``; a process already gone is no error."""
+
+
+class OsProcesses:
+    """The real :class:`Processes`: ``os.fork``, ``os.waitpid``, ``os.kill``."""
+
+    def __init__(self) -> None:
+        self._master_pid = os.getpid()
+
+    def fork(self, body: Callable[[], int]) -> int:
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORK_BLOCKED)
+        try:
+            pid = os.fork()
+        finally:
+            if os.getpid() == self._master_pid:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if pid == 0:
+            _run_child(body)
+        return pid
+
+    def wait(self, pid: int, *, block: bool = False) -> int | None:
+        try:
+            done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return 0
+        return status if done else None
+
+    def kill(self, pid: int, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def _run_child(body: Callable[[], int]) -> None:
+    """The forked child's process boundary: run ``body``, then exit. Never returns."""
+    code = EXIT_SOFTWARE
+    try:
+        code = body()
+    except BaseException:  # noqa: BLE001 - the child's process boundary
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def respawn_delay(quick_deaths: int) -> float:
+    """Seconds before a respawn after ``quick_deaths`` quick abnormal deaths in a row."""
+    return 0.0 if quick_deaths == 0 else min(BACKOFF_BASE * 2 ** (quick_deaths - 1), MAX_BACKOFF)
+
+
+def describe(status: int) -> str:
+    """``killed by signal SIGKILL`` / ``exited with status 1`` for a wait status."""
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exited with status {os.waitstatus_to_exitcode(status)}"
+
+
+# -- child side -------------------------------------------------------------------------------
+
+
+@dataclass
+class Basics:
+    """What every child has once :func:`setup` ran."""
+
+    master_pid: int
+    pipe: SelfPipe  # wakes on STOP_SIGNAL
+    redis: redis.Redis
+    beat: BeatThread
+
+
+def setup(config: Config, *, identity: str, role: str, state: str,
+          socket_timeout: float | None = None) -> Basics:
+    """In a freshly forked child: the steps every child takes before its own."""
+    master_pid = os.getppid()
+    logs.set_role(role)
+    pipe = child_signals()
+    client = connect(config.redis_url, embedded_dir=config.embedded_dir,
+                     socket_timeout=socket_timeout)
+    clients.configure(clients.Client(client))
+    set_title(config, role, state)
+    return Basics(master_pid, pipe, client, start_beat(config, identity, master_pid))
+
+
+def child_signals() -> SelfPipe:
+    """Ignore the group-wide signals (a no-op handler, not SIG_IGN, which programs that jobs
+    start would inherit) and return the self-pipe of STOP_SIGNAL."""
+    for signum in IGNORED_SIGNALS:
+        signal.signal(signum, _ignore)
+    return SelfPipe([STOP_SIGNAL])
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """Handler of the signals a child ignores (the wakeup fd byte is dropped by SelfPipe)."""
+
+
+def start_beat(config: Config, identity: str, master_pid: int) -> BeatThread:
+    """Start the child's heartbeat thread (its own connection), then unblock the signals the
+    master blocked around fork: every handler is in place now."""
+    beat = BeatThread(connect(config.redis_url, embedded_dir=config.embedded_dir,
+                              socket_timeout=2),
+                      identity, os.getpid(), master_pid=master_pid, orphan_grace=config.timeout)
+    beat.start()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED)
+    return beat
+
+
+def set_title(config: Config, role: str, state: str) -> None:
+    """``forkq 0.1.0 [tag] processor-2 busy``: what ``ps`` shows of a child."""
+    tag = f" {config.tag}" if config.tag else ""
+    setproctitle(f"forkq {__version__}{tag} {role} {state}")
+
+
+def report(fd: int, message: str) -> None:
+    """Write one boot-report line to the master (best effort) and close the pipe."""
+    with contextlib.suppress(OSError):
+        os.write(fd, message.encode("utf-8", "replace")[:4000] + b"\n")
+    os.close(fd)

@@ -1,0 +1,159 @@
+"""A processor child's heartbeat: a thread that writes the child's state to Redis.
+
+Contract: every :data:`INTERVAL` seconds the thread writes
+``HSET forkq:beats:<identity> <pid> {"at": <epoch>, "seq": <n>, "job": <job or null>,
+"loops": <n>, "start": <epoch>}`` (``loops``: the main loop's turn count, which the
+scheduler child advances at least once a second; ``start``: when this process started,
+so a restart on the same host can prove it gone, :mod:`forkq.daemon.master.restart_recovery`)
+and ``EXPIRE`` 60 s. ``seq`` grows by one per beat: the master culls a child
+whose ``seq`` stops changing. The thread keeps beating while the main thread
+runs a job of any length (pure-Python loops release the GIL every few
+milliseconds), so a stale beat means the whole process is stopped (SIGSTOP) or
+stuck in C code that holds the GIL. Redis errors are swallowed: the main thread
+logs outages, and the master does not cull during one.
+
+``job`` is set by the main thread (one attribute assignment, no lock) before
+and after each job: ``{"queue", "payload" (the raw job bytes, written as a string), "run_at" (int
+epoch, Sidekiq's field), "started" (float epoch), "class", "jid", "timeout"
+(seconds, 0 = none)}``.
+
+Master death: a child whose master is gone (SIGKILLed, OOM-killed) finishes its
+current job and exits, as on a graceful stop; if the job is still running
+``orphan_grace`` seconds (the ``timeout`` setting) after the thread noticed,
+the thread ends the process, as the master would have killed it at the stop
+deadline. Its beats then stop, and 60 s later the scheduler leader recovers
+its job (:mod:`forkq.daemon.children.orphans`).
+
+Two signals are acted on here rather than in the main thread, which may be busy
+in a job for a long time: their handlers only set a flag and write a byte to the
+thread's wake pipe (no lock is taken in a handler). TTIN logs the main thread's
+stack and job; USR2 reopens the log file. A Python handler runs only when the
+main thread returns to the interpreter, so a job stuck inside C code gets no
+TTIN dump (its heartbeat stops too if it holds the GIL, and it is culled).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+import redis
+
+from forkq import keys
+from forkq.daemon import logs, process_proof
+from forkq.errors import EXIT_ORPHANED
+from forkq.scripts import script
+
+log = logging.getLogger(__name__)
+
+INTERVAL = 2.0
+
+
+class BeatThread:
+    """The heartbeat thread of one processor child. Start it after fork, in the child."""
+
+    def __init__(self, client: redis.Redis, identity: str, pid: int, *, master_pid: int,
+                 orphan_grace: float) -> None:
+        self.job: dict[str, Any] | None = None
+        self.loops = 0  # turns of the main loop, for a child whose loop never blocks long
+        self._master_pid = master_pid
+        self._orphan_grace = orphan_grace
+        self._orphaned_at: float | None = None
+        self._redis = client
+        self._script = script(client, "beat")  # goes through at maxmemory
+        self._key = keys.beats(identity)
+        self._pid = pid
+        self._start = process_proof.start_time(pid)  # with the pid, names this process instance
+        self._seq = 0
+        self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._stopped = False
+        self._dump = False
+        self._reopen = False
+        self._main = threading.main_thread().ident
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+
+    def start(self) -> None:
+        """Install the TTIN / USR2 handlers and start beating (one beat at once)."""
+        signal.signal(signal.SIGTTIN, self._on_signal)
+        signal.signal(signal.SIGUSR2, self._on_signal)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop beating and remove this child's entry (best effort)."""
+        self._stopped = True
+        self._wake()
+        self._thread.join(timeout=INTERVAL + 5)
+        with contextlib.suppress(redis.RedisError):
+            self._redis.hdel(self._key, str(self._pid))
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        """Signal handler: record and wake the thread; nothing else."""
+        if signum == signal.SIGTTIN:
+            self._dump = True
+        else:
+            self._reopen = True
+        self._wake()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # a full pipe already wakes the thread
+            os.write(self._wake_write, b"!")
+
+    def _sleep(self) -> None:
+        """Wait up to INTERVAL, or until woken; swallow the wake bytes."""
+        readable, _, _ = select.select([self._wake_read], [], [], INTERVAL)
+        if readable:
+            with contextlib.suppress(OSError):
+                os.read(self._wake_read, 512)
+
+    def _run(self) -> None:
+        while not self._stopped:
+            if self._dump:
+                self._dump = False
+                self._dump_stack()
+            if self._reopen:
+                self._reopen = False
+                if logs.reopen():
+                    log.info("log file reopened")
+            self._check_master()
+            self.beat()
+            self._sleep()
+
+    def _check_master(self) -> None:
+        """End the process once it has outlived its master by ``orphan_grace`` seconds."""
+        if os.getppid() == self._master_pid:
+            return
+        now = time.monotonic()
+        if self._orphaned_at is None:
+            self._orphaned_at = now
+        elif now - self._orphaned_at > self._orphan_grace:
+            log.error("master (pid %d) gone %.0fs ago and still busy: exiting; the scheduler "
+                      "leader recovers the job", self._master_pid, now - self._orphaned_at)
+            os._exit(EXIT_ORPHANED)
+
+    def beat(self) -> None:
+        """Write one heartbeat; a Redis error skips it."""
+        self._seq += 1
+        job = self.job
+        if job is not None:
+            job = {**job, "payload": job["payload"].decode("utf-8", "replace")}
+        entry = json.dumps({"at": time.time(), "seq": self._seq, "job": job,
+                            "loops": self.loops, "start": self._start})
+        with contextlib.suppress(redis.RedisError):
+            self._script(keys=[self._key], args=[self._pid, entry, keys.PROCESS_TTL])
+
+    def _dump_stack(self) -> None:
+        job = self.job
+        doing = "idle" if job is None else (
+            f"running {job['class']} jid={job['jid']} from queue {job['queue']} "
+            f"for {time.time() - job['started']:.1f}s")
+        frame = sys._current_frames().get(self._main or 0)
+        log.warning("TTIN: %s\n%s", doing, logs.stack(frame))

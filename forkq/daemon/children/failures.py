@@ -1,0 +1,225 @@
+"""Failures, Sidekiq's way: the pure retry policy and filing a failure into retry or dead.
+
+Policy (job_retry.rb): the first failure sets ``failed_at`` and ``retry_count: 0``;
+later ones set ``retried_at`` and add one to ``retry_count``. ``retry: true``
+allows ``max_retries`` (25) retries, an int N allows N, ``0`` sends the job to
+the dead set at once, ``false`` drops it (counted as failed, kept nowhere).
+``dead: false`` never buries. A payload with ``retry_for`` (seconds; Sidekiq 7.1.3+)
+also goes to the dead set once ``failed_at + retry_for`` has passed. The delay is
+``count**4 + 15 + rand(10)*(count+1)`` seconds, where a job's ``retry_in(count, exc)``
+may replace ``count**4`` (if it raises or returns something other than a number,
+``count**4`` stays). The
+queue becomes ``retry_queue`` when the payload has one. ``error_backtrace`` is
+``base64(zlib(JSON(lines)))`` with Ruby's 60-column MIME lines.
+
+Keys: ``retry``, ``dead`` (trimmed to 10,000 entries / 180 days), ``stat:*``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+import random
+import time
+import traceback
+import zlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from forkq import keys
+from forkq import payload as payloads
+from forkq.scripts import script
+
+log = logging.getLogger(__name__)
+
+MESSAGE_LIMIT = 10_000
+MAX_DELAY = 10 * 365 * 24 * 3600.0  # a retry is never scheduled more than 10 years ahead
+
+
+Mode = Literal["retry", "dead", "drop"]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Where a failed job goes."""
+
+    mode: Mode
+    payload: str
+    score: float
+
+
+def backoff(count: int, rng: random.Random, base: float | None = None) -> float:
+    """Seconds until retry number ``count`` (0-based): ``base`` (default count**4) + jitter."""
+    return (count**4 if base is None else base) + 15 + rng.randrange(10) * (count + 1)
+
+
+def allowed_retries(retry: Any, max_retries: int) -> int | None:
+    """How many retries the ``retry`` option allows; None means drop on failure."""
+    if retry is False or retry is None:
+        return None
+    if retry is True:
+        return max_retries
+    if isinstance(retry, int):
+        return max(retry, 0)
+    return max_retries
+
+
+def error_class_name(exc: BaseException) -> str:
+    """``ValueError`` for builtins, ``module.Class`` otherwise."""
+    cls = type(exc)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def error_message(exc: BaseException) -> str:
+    """``str(exc)`` as valid UTF-8 (lone surrogates, as ``os.fsdecode`` makes of a non-UTF-8
+    file name, become U+FFFD, as Ruby's ``scrub``); a ``__str__`` that raises gives a stand-in,
+    so a failure is always filed."""
+    try:
+        message = str(exc)
+    except Exception as inner:  # noqa: BLE001 - application code: any error is possible
+        return f"(the message could not be read: {type(inner).__name__})"
+    try:
+        message.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in message)
+    return message
+
+
+def backtrace_lines(exc: BaseException) -> list[str]:
+    """Ruby-style lines (``file:line:in `func'``), innermost first."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return [f"{f.filename}:{f.lineno}:in `{f.name}'" for f in reversed(frames)]
+
+
+def compress_backtrace(lines: list[str]) -> str:
+    """Sidekiq's ``Base64.encode64(Zlib::Deflate.deflate(JSON.generate(lines)))``."""
+    data = base64.b64encode(zlib.compress(json.dumps(lines, separators=(",", ":")).encode()))
+    text = data.decode()
+    return "".join(text[i : i + 60] + "\n" for i in range(0, len(text), 60))
+
+
+def record_error(payload: payloads.Payload, error_class: str, message: str, now: float) -> int:
+    """Add Sidekiq's error fields to ``payload``; returns the new ``retry_count``.
+
+    Fields of the wrong type count as absent (:mod:`forkq.payload`): a ``queue`` that is
+    no string becomes "default", a ``retry_count`` that is no integer starts over."""
+    payload["queue"] = (payloads.text_field(payload, "retry_queue")
+                        or payloads.text_field(payload, "queue") or "default")
+    payload["error_message"] = message[:MESSAGE_LIMIT]  # as error_message() made it
+    payload["error_class"] = error_class
+    count = payloads.int_field(payload, "retry_count")
+    if count is not None:
+        payload["retried_at"] = now
+        payload["retry_count"] = count + 1
+    else:
+        payload["failed_at"] = now
+        payload["retry_count"] = 0
+    return int(payload["retry_count"])
+
+
+def plan(
+    payload: payloads.Payload,
+    exc: BaseException,
+    *,
+    max_retries: int,
+    rng: random.Random,
+    now: float,
+    retry_in: Any = None,
+) -> Failure:
+    """Decide where a job that raised ``exc`` goes and rewrite its payload accordingly."""
+    allowed = allowed_retries(payload.get("retry", True), max_retries)
+    count = record_error(payload, error_class_name(exc), error_message(exc), now)
+    limit = payloads.backtrace_limit(payload)
+    if limit is not None:
+        lines = backtrace_lines(exc)
+        payload["error_backtrace"] = compress_backtrace(lines if limit < 0 else lines[:limit])
+    if allowed is None:
+        return Failure("drop", payloads.encode(payload), now)
+    if count < allowed and not _window_closed(payload, now):
+        base = _base_delay(retry_in, count, exc)
+        return Failure("retry", payloads.encode(payload), _due(now, count, rng, base))
+    return bury(payload, now)
+
+
+def _due(now: float, count: int, rng: random.Random, base: float | None) -> float:
+    """When retry ``count`` is due: ``now`` + :func:`backoff`, capped at :data:`MAX_DELAY`
+    (a huge ``retry_count`` or ``retry_in`` must still give a finite, writable score)."""
+    if count > MAX_DELAY or (base is not None and base > MAX_DELAY):
+        return now + MAX_DELAY
+    return now + min(backoff(count, rng, base), MAX_DELAY)
+
+
+def _window_closed(payload: payloads.Payload, now: float) -> bool:
+    """Sidekiq 7.1.3+'s ``retry_for`` (seconds): no retry once ``failed_at + retry_for`` has
+    passed, whatever the count allows. ``failed_at`` may be float seconds or 8.x milliseconds."""
+    window = payloads.number_field(payload, "retry_for")
+    failed_at = payloads.epoch_seconds(payload.get("failed_at"))
+    if window is None or failed_at is None:
+        return False
+    return failed_at + window < now
+
+
+def _base_delay(retry_in: Any, count: int, exc: BaseException) -> float | None:
+    """The job's own base delay, or None for the default; application errors are contained."""
+    if retry_in is None:
+        return None
+    try:
+        value = retry_in(count, exc)
+    except Exception:  # a faulty retry_in must not lose the failure
+        log.exception("retry_in failed; using the default delay")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        delay = float(value)
+    except OverflowError:  # an int beyond float range
+        return None
+    return delay if math.isfinite(delay) else None
+
+
+def unrunnable(raw: bytes, queue: str, exc: BaseException, now: float) -> Failure:
+    """The dead-set filing of a job that cannot run (malformed, unknown class): the payload
+    of :func:`forkq.payload.unrunnable` (raw bytes kept) with ``forkq.<Error>`` and the reason."""
+    payload = payloads.unrunnable(raw, queue, now)
+    record_error(payload, f"forkq.{type(exc).__name__}", error_message(exc), now)
+    return bury(payload, now)
+
+
+def bury(payload: payloads.Payload, now: float) -> Failure:
+    """The dead set, unless the payload says ``dead: false``."""
+    mode: Mode = "drop" if payload.get("dead") is False else "dead"
+    return Failure(mode, payloads.encode(payload), now)
+
+
+def file(redis_client: Any, inflight_key: str, failure: Failure, *, held: bytes) -> bool:
+    """Atomically release the in-flight job ``held`` and file ``failure`` (fail.lua).
+
+    False (nothing filed) when the in-flight list no longer holds ``held``: the leader's
+    orphan sweep requeued it while this process was cut off from Redis."""
+    date = keys.utc_date(time.time())
+    lua = script(redis_client, "fail")
+    target = keys.RETRY if failure.mode == "retry" else keys.DEAD
+    result = lua(
+        keys=[
+            inflight_key,
+            target,
+            keys.STAT_PROCESSED,
+            keys.daily(keys.STAT_PROCESSED, date),
+            keys.STAT_FAILED,
+            keys.daily(keys.STAT_FAILED, date),
+        ],
+        args=[
+            failure.mode,
+            failure.payload,
+            repr(failure.score),
+            keys.DAILY_STAT_TTL,
+            repr(failure.score - keys.DEAD_TIMEOUT),
+            keys.DEAD_MAX_JOBS,
+            held,
+        ],
+    )
+    return bool(result != b"gone")

@@ -1,0 +1,113 @@
+"""Reliable fetch: queue order per fetch, and the ack-and-fetch round trip.
+
+Order (Sidekiq's semantics): strict tries the queues as configured; weighted
+shuffles a list in which each queue appears ``weight`` times and keeps the
+first occurrence of each, so a queue of weight w is tried first w/sum(w) of the
+time. Both are pure functions of the queue list and a random source.
+
+Mechanism: :file:`scripts/fetch.lua` acknowledges the previous job and moves the
+next one, with its queue name, into the processor's in-flight list, atomically.
+A job is therefore always in a queue or in exactly one in-flight list until it
+is acknowledged, filed as a failure (:mod:`forkq.daemon.children.failures`) or requeued
+(:func:`requeue`). At steady state a processor needs one round trip per job.
+
+Keys: ``queue:<name>``, ``forkq:inflight:<identity>:<pid>``, ``forkq:inflight``,
+``stat:processed`` and its daily key.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from forkq import keys
+from forkq.connection import text
+from forkq.scripts import script
+
+Queues = Sequence[tuple[str, int]]
+
+
+def strict_order(queues: Queues) -> list[str]:
+    """Queue names in configured order."""
+    return [name for name, _ in queues]
+
+
+def weighted_order(queues: Queues, rng: random.Random) -> list[str]:
+    """A shuffle of the queues where each comes first with probability weight / sum(weights)."""
+    expanded = [name for name, weight in queues for _ in range(weight)]
+    rng.shuffle(expanded)
+    return list(dict.fromkeys(expanded))
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A job now held in the processor's in-flight list."""
+
+    queue: str
+    raw: bytes
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """What one fetch found: the job (or None), and the queue keys it skipped because they
+    hold another type than a list, each with that type (the other queues keep flowing)."""
+
+    job: Fetched | None
+    skipped: list[tuple[str, str]]
+
+
+NOTHING = Fetch(None, [])
+
+
+class Fetcher:
+    """One processor's view of the queues: fetch, acknowledge. Built after the fork."""
+
+    def __init__(
+        self,
+        redis_client: Any,
+        inflight_key: str,
+        *,
+        queues: Queues,
+        strict: bool,
+        rng: random.Random,
+    ) -> None:
+        self._script = script(redis_client, "fetch")
+        self._inflight = inflight_key
+        self._queues = list(queues)
+        self._strict = strict
+        self._rng = rng
+
+    def order(self) -> list[str]:
+        """The queue keys to try on this fetch."""
+        names = strict_order(self._queues) if self._strict else weighted_order(
+            self._queues, self._rng
+        )
+        return [keys.queue(name) for name in names]
+
+    def ack_and_fetch(self, *, ack: bytes | None, fetch: bool = True) -> Fetch:
+        """Acknowledge ``ack`` (the completed job's bytes), then fetch the next job (``fetch``).
+
+        Safe to call again after a lost reply (see fetch.lua): the same job comes back.
+        Raises redis.ResponseError naming the key when the in-flight list or the registry
+        holds another type (nothing is fetched then).
+        """
+        date = keys.utc_date(time.time())
+        result = self._script(
+            keys=[
+                self._inflight,
+                keys.STAT_PROCESSED,
+                keys.daily(keys.STAT_PROCESSED, date),
+                keys.INFLIGHT_REGISTRY,
+                *self.order(),
+            ],
+            args=[ack or b"", "1" if fetch else "0", keys.DAILY_STAT_TTL],
+        )
+        if not result:
+            return NOTHING
+        queue_key, raw, *skipped = result
+        pairs = [(text(skipped[i]), text(skipped[i + 1])) for i in range(0, len(skipped), 2)]
+        job = Fetched(keys.queue_name(text(queue_key)), raw) if queue_key else None
+        return Fetch(job, pairs)

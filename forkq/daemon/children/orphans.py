@@ -1,0 +1,162 @@
+"""The leader's orphan sweep: in-flight jobs of dead processes go back to their queues.
+
+A process is dead when its process hash ``<identity>`` and its children's beat
+hash ``forkq:beats:<identity>`` have both expired: no master beat and no child
+beat for 60 s (:data:`~forkq.keys.PROCESS_TTL`). That happens when its host
+died, or its master was SIGKILLed and its orphaned children finished or gave up
+(see :mod:`forkq.daemon.children.beat_thread`). A live master settles its own children's jobs;
+the sweep never touches a process whose records exist, and recover.lua checks
+that again atomically with the move.
+
+Steady state costs one ``SMEMBERS forkq:inflight`` (one entry per processor in
+the cluster), one ``SMEMBERS processes`` and two ``EXISTS`` per process, every
+``orphan_sweep_interval`` seconds; no SCAN. For each in-flight list of a dead
+process: the job goes back to the front of its queue, and the recovery counts
+toward the job's poison-pill limit (at the limit it goes to the dead set with a
+JobKilledError; :mod:`forkq.daemon.held_jobs`, the same step the master takes for a child
+it reaped); the list is deleted and unregistered. Then the dead process leaves
+``processes`` and its busy hashes are deleted (Sidekiq's ``ProcessSet`` cleanup does the
+same for any process).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
+
+import redis
+
+from forkq import keys
+from forkq.connection import text
+from forkq.daemon import held_jobs
+from forkq.daemon.children.lease import LeaseLostError
+from forkq.daemon.refusal import Recurring
+from forkq.daemon.refusal import describe as describe_error
+from forkq.scripts import script
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+RECOVERED = "its process stopped heartbeating and the job was recovered"
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """One in-flight list the sweep dealt with."""
+
+    identity: str
+    inflight_key: str
+    outcome: held_jobs.Outcome
+    job: bytes
+
+
+REFUSALS = Recurring(log)
+"""Refusals (a key of the wrong type) reported at most once a minute per key."""
+
+
+def sweep(client: redis.Redis, token: str, *, now: float) -> list[Recovered]:
+    """Recover the in-flight jobs of every dead process and forget it; what was recovered.
+
+    One bad item never stops the sweep: a list or record whose script Redis refuses (a
+    key of the wrong type) is reported, naming the key, and left as it is; the sweep goes
+    on with the others. Raises :class:`~forkq.daemon.children.lease.LeaseLostError` when
+    ``token`` no
+    longer holds the lease, and a Redis error when Redis does not answer.
+    """
+    lists = inflight_by_owner(client)
+    candidates = sorted(set(lists) | _members(client, keys.PROCESSES))
+    recovered: list[Recovered] = []
+    for identity in _dead(client, candidates):
+        recovered += recover_process(client, token, identity, lists.get(identity, []), now=now)
+    return recovered
+
+
+def recover_process(client: redis.Redis, token: str | None, identity: str,
+                    inflight_keys: list[str], *, now: float, forget: bool = True
+                    ) -> list[Recovered]:
+    """Recover the jobs in ``inflight_keys`` of the dead process ``identity``, then forget it
+    (leave ``processes``, drop its busy hashes) unless ``forget`` is false.
+
+    ``token`` is the leader's (the owner is dead when its records have expired, checked
+    again atomically), or None when the caller proved the owner gone on this host
+    (:mod:`forkq.daemon.master.restart_recovery`). A refused item is reported and left; the
+    others go on."""
+    recovered = []
+    for key in inflight_keys:
+        found = refused_is_none(key, partial(_recover, client, token, identity=identity,
+                                             key=key, now=now))
+        if found is not None:
+            recovered.append(found)
+    if forget:
+        refused_is_none(identity, partial(_forget, client, token, identity))
+    return recovered
+
+
+def refused_is_none(subject: str, step: Callable[[], T]) -> T | None:
+    """Run one item's step; a refusal is reported (once a minute per subject) and gives None."""
+    try:
+        result = step()
+    except redis.ResponseError as exc:
+        REFUSALS.report(subject, "recovering orphans: %s left as it is: %s", subject,
+                        describe_error(exc))
+        return None
+    REFUSALS.clear(subject)
+    return result
+
+
+def _members(client: redis.Redis, key: str) -> set[str]:
+    """The members of the set ``key``; none (reported) when it holds another type."""
+    found = refused_is_none(key, partial(client.smembers, key))
+    return {text(member) for member in found or ()}
+
+
+def inflight_by_owner(client: redis.Redis) -> dict[str, list[str]]:
+    """The registered in-flight lists by owner identity (none when the registry is refused)."""
+    lists: dict[str, list[str]] = defaultdict(list)
+    for key in _members(client, keys.INFLIGHT_REGISTRY):
+        owner = keys.inflight_owner(key)
+        if owner is not None:
+            lists[owner].append(key)
+    return lists
+
+
+def _dead(client: redis.Redis, identities: list[str]) -> list[str]:
+    """The identities whose process hash and beat hash have both expired."""
+    if not identities:
+        return []
+    with client.pipeline(transaction=False) as pipe:
+        for identity in identities:
+            pipe.exists(identity, keys.beats(identity))
+        counts = pipe.execute()
+    return [identity for identity, count in zip(identities, counts, strict=True) if count == 0]
+
+
+def _recover(client: redis.Redis, token: str | None, *, identity: str, key: str, now: float
+             ) -> Recovered | None:
+    held = held_jobs.read(client, key)
+    try:
+        back = held_jobs.give_back(client, key, held, count=True, how=RECOVERED, now=now,
+                                   token=token, owner=identity)
+    except held_jobs.FencedError as fenced:
+        if fenced.code == -1:
+            raise LeaseLostError("recovering " + key) from None
+        return None  # the owner came back, or the list changed: look again next sweep
+    if held.job is not None:
+        log.warning("recovered from dead process %s: job %s: %s", identity, back.outcome,
+                    held.job[:200].decode("utf-8", "replace"))
+    return Recovered(identity, key, back.outcome, back.job)
+
+
+def _forget(client: redis.Redis, token: str | None, identity: str) -> None:
+    workers, work = keys.workers(identity)
+    lua = script(client, "forget")
+    result = int(lua(keys=[keys.LEADER, identity, keys.beats(identity), keys.PROCESSES,
+                              workers, work], args=[token or "", identity]))
+    if result < 0:
+        raise LeaseLostError("forgetting " + identity)
+    if result == 1:
+        log.info("forgot dead process %s", identity)

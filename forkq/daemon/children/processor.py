@@ -1,0 +1,271 @@
+"""The processor child: set up after fork, then fetch → server middleware → execute → ack.
+
+Owns one job at a time. The job sits in this child's in-flight list
+(``forkq:inflight:<identity>:<pid>``) from the moment it is fetched until it is
+acknowledged (folded into the next fetch, so steady state is one round trip per
+job), filed as a failure, or requeued by the master after this child is gone.
+
+Signals: the child ignores INT, TERM, TSTP and HUP (they reach it when sent to
+the whole process group: a terminal's Ctrl-C, systemd's control-group kill);
+only the master stops it, with USR1 = "finish the current job, then exit". A
+child whose master has died stops the same way. TTIN (stack dump) and USR2
+(reopen the log file) are served by the heartbeat thread (:mod:`forkq.daemon.children.beat_thread`).
+A Redis outage is logged once, waited out with backoff, and its recovery logged
+once; a finished job's acknowledgement is kept until it succeeds.
+
+Boot report: the child writes ``ready`` to ``report_fd`` after its first
+successful registration in Redis, or ``error <reason>`` if its setup failed (it
+then exits with :data:`~forkq.errors.EXIT_CHILD_BOOT`). The master counts boot
+failures and tells systemd READY from these.
+
+Recycling: after ``max_jobs`` jobs, or once its RSS (checked at most once a
+second, between jobs) exceeds ``max_memory_mb``, the child exits 0 after its
+current job and the master forks a fresh one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from typing import Any
+
+import psutil
+import redis
+
+from forkq import hooks, keys
+from forkq import payload as payloads
+from forkq.config import Config
+from forkq.daemon import child_process
+from forkq.daemon.child_process import STOP_SIGNAL
+from forkq.daemon.children import failures
+from forkq.daemon.children.fetch import Fetched, Fetcher
+from forkq.daemon.children.queuewatch import QueueWatch
+from forkq.daemon.outage import Outage
+from forkq.daemon.refusal import Recurring, is_refusal
+from forkq.errors import EXIT_CHILD_BOOT, JobError
+from forkq.middleware import JobContext, ServerChain
+from forkq.registry import Registry
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT = 2.0
+MEMORY_CHECK_INTERVAL = 1.0
+REFUSED_WAIT = 1.0  # between tries of a step Redis refused (a key of the wrong type, OOM)
+
+
+class Processor:
+    """One processor child. The constructor only stores; :meth:`run` does the work after fork."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        identity: str,
+        slot: int,
+        registry: Registry,
+        middleware: ServerChain,
+        report_fd: int | None = None,
+    ) -> None:
+        self.config = config
+        self.report_fd = report_fd
+        self.identity = identity
+        self.slot = slot
+        self.registry = registry
+        self.middleware = middleware
+        self.stopping = False
+        self._ack_pending: bytes | None = None  # the completed job, until acknowledged
+        self._failure: failures.Failure | None = None
+        self._failed_job = b""  # the bytes of the job self._failure files
+        self._outage = Outage(log)
+        self._skipped = Recurring(log)
+        self._jobs_done = 0
+        self._memory_checked = 0.0
+
+    def run(self) -> int:
+        """Set up, loop until told to stop, settle the last job; the exit code."""
+        try:
+            self._setup()
+        except Exception as exc:
+            log.exception("processor-%d failed to boot", self.slot)
+            self._report(f"error {type(exc).__name__}: {exc}")
+            return EXIT_CHILD_BOOT
+        while not self.stopping:
+            self._guarded(self.loop_once)
+        while self._ack_pending is not None or self._failure is not None:
+            self._guarded(lambda: self._settle(fetch=False))
+        hooks.run("child_exit")
+        self._beat.stop()
+        self._watch.close()
+        return 0
+
+    def _report(self, message: str) -> None:
+        """Tell the master how the boot went (once), then close the report pipe."""
+        if self.report_fd is not None:
+            child_process.report(self.report_fd, message)
+            self.report_fd = None
+
+    def _setup(self) -> None:
+        basics = child_process.setup(self.config, identity=self.identity, role=self._role,
+                                     state="idle")
+        self.master_pid, self._pipe, self.redis = basics.master_pid, basics.pipe, basics.redis
+        self._beat = basics.beat
+        random.seed()
+        self._rng = random.Random()
+        self.inflight_key = keys.inflight(self.identity, os.getpid())
+        self._fetcher = Fetcher(
+            self.redis,
+            self.inflight_key,
+            queues=self.config.queues,
+            strict=self.config.strict,
+            rng=self._rng,
+        )
+        self._watch = QueueWatch(self.redis)
+        self._registered = False
+        hooks.run("child_boot", strict=True)
+
+    def _register(self) -> None:
+        """Before the first fetch: list our in-flight key in the registry, arm the queue watch.
+
+        A refused registration (Redis at maxmemory with noeviction) does not keep the child
+        from fetching: fetch.lua registers the list again with every job it moves in."""
+        try:
+            self.redis.sadd(keys.INFLIGHT_REGISTRY, self.inflight_key)
+        except redis.ResponseError as exc:
+            self._outage.refused(exc, "registering the in-flight list (fetches register it)")
+        self._watch.open()
+        self._registered = True
+        self._report("ready")
+
+    def loop_once(self) -> None:
+        """One turn: settle the last job and fetch the next in one round trip; run it or wait."""
+        self._check_signals()
+        if self.stopping:
+            return
+        if not self._registered:
+            self._register()
+        fetched = self._settle(fetch=True)
+        if fetched is None:
+            if self._watch.wait(IDLE_WAIT, self._pipe.fd):
+                self._check_signals()
+            return
+        self._execute(fetched)
+
+    def _settle(self, *, fetch: bool) -> Fetched | None:
+        """File a pending failure, then acknowledge and/or fetch."""
+        if self._failure is not None:
+            if not failures.file(self.redis, self.inflight_key, self._failure,
+                              held=self._failed_job):
+                log.warning("not filing the failure: the job was recovered while this "
+                            "process was cut off from Redis, and is queued again")
+            self._failure = None
+        if not fetch and self._ack_pending is None:
+            return None
+        found = self._fetcher.ack_and_fetch(ack=self._ack_pending, fetch=fetch)
+        self._ack_pending = None
+        self._report_skipped(found.skipped)
+        return found.job
+
+    def _report_skipped(self, skipped: list[tuple[str, str]]) -> None:
+        """Log each queue key the fetch skipped (once a minute), and when it is a list again."""
+        for key, kind in skipped:
+            self._skipped.report(key, "queue key %r holds a %s, not a list; skipped (the other "
+                                 "queues keep flowing)", key, kind)
+        for key in set(self._skipped.subjects) - {key for key, _ in skipped}:
+            self._skipped.clear(key, "queue key %r is fetched from again", key)
+
+    def _execute(self, fetched: Fetched) -> None:
+        now = time.time()
+        try:
+            payload = payloads.decode(fetched.raw)
+            spec = self.registry.lookup(payload["class"])
+        except JobError as exc:
+            self._bury(fetched, exc, now)
+            return
+        context = JobContext(payload["class"], payloads.jid(payload), fetched.queue, payload,
+                             payload["args"])
+        self._title(f"busy {context.name} jid={context.jid}")
+        log.info("%s jid=%s start", context.name, context.jid)
+        self._beat.job = {"queue": fetched.queue, "payload": fetched.raw,
+                          "run_at": int(now), "started": now, "class": context.name,
+                          "jid": context.jid, "timeout": _timeout_of(payload)}
+        started = time.monotonic()
+        try:
+            self.middleware.run(context, lambda: spec.call(payload))
+        except BaseException as exc:  # noqa: BLE001 - the one boundary where any job failure lands
+            failure = self._fail(fetched, exc, spec.options.retry_in)
+            log.warning("%s jid=%s fail: %.3f sec: %s: %s -> %s", context.name, context.jid,
+                        time.monotonic() - started, failures.error_class_name(exc),
+                        failures.error_message(exc), failure.mode)
+        else:
+            self._ack_pending = fetched.raw
+            log.info("%s jid=%s done: %.3f sec", context.name, context.jid,
+                     time.monotonic() - started)
+        self._beat.job = None
+        self._title("idle")
+        self._jobs_done += 1
+        self._check_recycle()
+
+    def _fail(self, fetched: Fetched, exc: BaseException, retry_in: Any) -> failures.Failure:
+        """Plan where the failed job goes, from a clean copy of its bytes (as Sidekiq: the job
+        may have put anything into its payload object); filed at the next settle."""
+        self._failed_job = fetched.raw
+        self._failure = failures.plan(payloads.decode(fetched.raw), exc,
+                                   max_retries=self.config.max_retries, rng=self._rng,
+                                   now=time.time(), retry_in=retry_in)
+        return self._failure
+
+    def _check_recycle(self) -> None:
+        """Between jobs: stop after ``max_jobs`` jobs or above ``max_memory_mb``."""
+        if self.config.max_jobs and self._jobs_done >= self.config.max_jobs:
+            log.info("recycling after %d jobs (max_jobs)", self._jobs_done)
+            self.stopping = True
+            return
+        now = time.monotonic()
+        if not self.config.max_memory_mb or now - self._memory_checked < MEMORY_CHECK_INTERVAL:
+            return
+        self._memory_checked = now
+        rss_mb = psutil.Process().memory_info().rss / 2**20
+        if rss_mb > self.config.max_memory_mb:
+            log.info("recycling at %.0f MB RSS (max_memory_mb %d)", rss_mb,
+                     self.config.max_memory_mb)
+            self.stopping = True
+
+    def _bury(self, fetched: Fetched, exc: JobError, now: float) -> None:
+        self._failed_job = fetched.raw
+        self._failure = failures.unrunnable(fetched.raw, fetched.queue, exc, now)
+        log.error("queue %s: %s; moved to the dead set", fetched.queue, exc)
+
+    def _check_signals(self) -> None:
+        if STOP_SIGNAL in self._pipe.drain() or os.getppid() != self.master_pid:
+            self.stopping = True
+
+    def _guarded(self, step: Any) -> None:
+        """Run a step; on a Redis error, log it (an outage once, a refusal once a minute) and
+        back off, interruptibly. A step that fails keeps what it held (the job to file or to
+        acknowledge), so the next turn tries it again."""
+        try:
+            step()
+        except redis.RedisError as exc:
+            lasted = self._outage.failed(exc, "this processor's step")
+            backoff = REFUSED_WAIT if is_refusal(exc) else min(0.1 * 2 ** min(int(lasted), 5),
+                                                                2.0)
+            received, _ = self._pipe.wait(backoff)
+            if STOP_SIGNAL in received or os.getppid() != self.master_pid:
+                self.stopping = True
+            return
+        self._outage.succeeded()
+
+    @property
+    def _role(self) -> str:
+        return f"processor-{self.slot}"
+
+    def _title(self, state: str) -> None:
+        child_process.set_title(self.config, self._role, state)
+
+
+def _timeout_of(payload: payloads.Payload) -> float:
+    """The job's own ``timeout`` option in seconds (0 = use ``job_timeout``)."""
+    value = payloads.number_field(payload, "timeout")
+    return value if value is not None and value > 0 else 0.0

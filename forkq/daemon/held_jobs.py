@@ -1,0 +1,118 @@
+"""The job a dead process held: given back to its queue, its death counted, or buried.
+
+One path for both places a holder dies: the master settling a child it reaped
+(:mod:`forkq.daemon.master.dead_child`) and the leader (or a restarted daemon) recovering
+the in-flight lists of a dead daemon (:mod:`forkq.daemon.children.orphans`). Both call
+:func:`give_back`, which runs recover.lua once: in one atomic step the list is deleted and
+unregistered and its job is
+
+- requeued unchanged at the front of its queue (``count=False``: a child stopped as told);
+- or its death is counted (``forkq:kills:<jid>``, kept 7 days; a key holding anything but a
+  count restarts at 1) and it is requeued, until the :data:`KILL_LIMIT`-th death buries
+  it in the dead set with a :class:`~forkq.errors.JobKilledError` (the poison pill):
+  ``its processor died 3 times while running it (last: <how>)``;
+- or, when it is no job (:class:`~forkq.errors.MalformedJobError`), buried at once with
+  its bytes kept, as a processor buries it.
+
+Counting and moving are one script, so a crash between them cannot count a death twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal, cast
+
+import redis
+
+from forkq import keys
+from forkq import payload as payloads
+from forkq.connection import raw, text
+from forkq.daemon.children import failures
+from forkq.errors import JobError, JobKilledError
+from forkq.scripts import script
+
+log = logging.getLogger(__name__)
+
+KILL_LIMIT = 3
+"""Deaths of a job's holder at which the job goes to the dead set."""
+
+Outcome = Literal["requeued", "dead", "dropped", "empty"]
+Mode = Literal["count", "requeue", "bury"]
+
+
+class FencedError(Exception):
+    """recover.lua changed nothing: ``code`` -1 lease lost, -2 owner alive, -3 list changed."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"recover.lua refused ({code})")
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Held:
+    """What an in-flight list holds: the queue it names and its job, if any."""
+
+    queue: str
+    job: bytes | None
+
+
+@dataclass(frozen=True)
+class GivenBack:
+    """What became of a held job: ``deaths`` counted so far (0 when not counted)."""
+
+    outcome: Outcome
+    job: bytes
+    deaths: int
+
+
+def read(client: redis.Redis, inflight_key: str) -> Held:
+    """The queue and job held in ``inflight_key`` (recover.lua's queue rule: else default)."""
+    held = client.lrange(inflight_key, 0, 1)
+    queue = _queue_name(held[0]) if held else "default"
+    return Held(queue, raw(held[1]) if len(held) == 2 else None)
+
+
+def give_back(client: redis.Redis, inflight_key: str, held: Held, *, count: bool, how: str,
+              now: float, token: str | None = None, owner: str = "") -> GivenBack:
+    """Give back the job :func:`read` found in ``inflight_key`` (see the module's rules).
+
+    ``how`` ends the poison-pill message (``killed by signal SIGKILL``). With ``token`` (the
+    leader's), recover.lua checks the lease and that ``owner``'s records have expired; without,
+    the caller guarantees the holder is gone (reaped, or proven gone on this host). Raises
+    :class:`FencedError` when the script changed nothing, and ``redis.ResponseError`` when it
+    refused (a key of the wrong type; nothing changed)."""
+    mode, jid, entry = _decide(held, count=count, how=how, now=now)
+    result = script(client, "recover")(
+        keys=[keys.LEADER, inflight_key, keys.INFLIGHT_REGISTRY, owner, keys.beats(owner),
+              keys.kills(jid), keys.DEAD],
+        args=[token or "", held.job or b"", mode, KILL_LIMIT, entry, keys.KILLS_TTL, repr(now),
+              repr(now - keys.DEAD_TIMEOUT), keys.DEAD_MAX_JOBS])
+    if isinstance(result, int):
+        raise FencedError(result)
+    outcome, deaths = result
+    return GivenBack(cast(Outcome, text(outcome)), held.job or b"", int(deaths))
+
+
+def _decide(held: Held, *, count: bool, how: str, now: float) -> tuple[Mode, str, str]:
+    """recover.lua's mode, the job's kill-counter id and the dead-set entry ("" = drop)."""
+    if held.job is None:
+        return "requeue", "", ""  # nothing to requeue: the list is just deleted
+    try:
+        payload = payloads.decode(held.job)
+    except JobError as exc:
+        log.error("queue %s: a dead process held %s; moved to the dead set", held.queue, exc)
+        failure = failures.unrunnable(held.job, held.queue, exc, now)
+        return "bury", "", failure.payload if failure.mode == "dead" else ""
+    if not count:
+        return "requeue", "", ""
+    message = f"its processor died {KILL_LIMIT} times while running it (last: {how})"
+    failures.record_error(payload, failures.error_class_name(JobKilledError()), message, now)
+    failure = failures.bury(payload, now)  # written only at the limit
+    return ("count", payloads.kill_key_id(payload, held.job),
+            failure.payload if failure.mode == "dead" else "")
+
+
+def _queue_name(element: bytes | str) -> str:
+    name = text(element)
+    return name[6:] if name.startswith("queue:") and len(name) > 6 else "default"

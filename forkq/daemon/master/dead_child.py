@@ -1,0 +1,104 @@
+"""The master decides what becomes of the job a gone processor child was holding.
+
+The caller guarantees the child is reaped, so nothing else touches its
+in-flight list. By the :class:`Gone` record's ``cause``:
+
+- ``"exit"`` — the child stopped as told (graceful stop, retired by a reload,
+  recycled) or was killed at the end of a graceful stop: its job, if any, goes
+  back unchanged to the front of its queue.
+- ``"crash"`` — the child died on its own (a signal, a non-zero exit) or was
+  killed for being unresponsive or over its memory ceiling: the job's death is
+  counted and it is requeued, or buried at the poison-pill limit
+  (:mod:`forkq.daemon.held_jobs`, the same step the leader takes for a dead daemon).
+- ``"timeout"`` — the master killed the child because job ``jid`` overran its
+  timeout: if the held job is that one it fails with
+  :class:`~forkq.errors.JobTimeoutError` through the retry policy (retry set,
+  then dead); a different job is requeued.
+
+Whatever the cause, a held job that is no job (:class:`~forkq.errors.MalformedJobError`)
+goes to the dead set with its bytes kept, as a processor buries it.
+
+A Redis error propagates and changes nothing; the caller retries the whole settlement later.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Literal
+
+import redis
+
+from forkq import keys
+from forkq import payload as payloads
+from forkq.daemon import held_jobs
+from forkq.daemon.children import failures
+from forkq.errors import JobTimeoutError, MalformedJobError
+from forkq.registry import Registry
+
+Cause = Literal["exit", "crash", "timeout"]
+Outcome = Literal["requeued", "retry", "dead", "dropped", "drop"]
+
+
+@dataclass(frozen=True)
+class Gone:
+    """A child that is gone, and why."""
+
+    inflight_key: str
+    cause: Cause
+    how: str  # "killed by signal SIGKILL", "exited with status 1", ...
+    timeout_jid: str = ""
+    timeout: float = 0.0
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What happened to the held job."""
+
+    outcome: Outcome | held_jobs.Outcome
+    job: bytes
+    detail: str = ""
+
+
+def settle(
+    client: redis.Redis,
+    gone: Gone,
+    *,
+    registry: Registry,
+    max_retries: int,
+    rng: random.Random,
+    now: float,
+) -> Settled | None:
+    """Settle the job held in ``gone.inflight_key``; None when it held none."""
+    held = held_jobs.read(client, gone.inflight_key)
+    timeout = _timeout_failure(held, gone, registry, max_retries, rng, now)
+    if timeout is not None:
+        failure, detail = timeout
+        failures.file(client, gone.inflight_key, failure, held=held.job or b"")
+        client.srem(keys.INFLIGHT_REGISTRY, gone.inflight_key)
+        return Settled(failure.mode, held.job or b"", detail)
+    back = held_jobs.give_back(client, gone.inflight_key, held, count=gone.cause == "crash",
+                               how=gone.how, now=now)
+    if back.outcome == "empty":
+        return None
+    detail = f"{back.deaths} of {held_jobs.KILL_LIMIT} deaths" if back.deaths else ""
+    return Settled(back.outcome, back.job, detail)
+
+
+def _timeout_failure(held: held_jobs.Held, gone: Gone, registry: Registry, max_retries: int,
+                     rng: random.Random, now: float) -> tuple[failures.Failure, str] | None:
+    """The failure to file when ``gone`` was killed for overrunning the job it still held."""
+    if gone.cause != "timeout" or held.job is None:
+        return None
+    try:
+        payload = payloads.decode(held.job)
+    except MalformedJobError:
+        return None  # give_back buries it
+    if payloads.jid(payload) != gone.timeout_jid:
+        return None
+    error = JobTimeoutError(f"the job ran longer than its timeout of {gone.timeout:g}s; "
+                            "its processor was killed")
+    spec = registry.find(payload["class"])
+    failure = failures.plan(payload, error, max_retries=max_retries, rng=rng, now=now,
+                            retry_in=spec.options.retry_in if spec else None)
+    return failure, str(error)

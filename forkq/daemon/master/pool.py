@@ -1,0 +1,375 @@
+"""The master's processor children: fork, watch, kill, reap, settle, respawn.
+
+Slots: ``concurrency`` numbered slots; each holds at most one child. A child
+told to stop (``retire``: quiet, stop, reload, shrink) keeps its slot until it
+exits, so the pool never runs more than ``concurrency`` jobs at once.
+
+Watching (:meth:`Pool.watch`, fed with the children's Redis heartbeats):
+
+- a child whose heartbeat ``seq`` has not changed for ``liveness_timeout`` is
+  culled (SIGKILL). The clock restarts for every child when the master's Redis
+  comes back after an outage (:meth:`Pool.trust_again`), so an outage never
+  culls a healthy child;
+- a job running longer than its ``timeout`` option, else ``job_timeout``, gets
+  its child SIGKILLed and the job is failed with a timeout error;
+- a child above 1.5 x ``max_memory_mb`` RSS is killed (it recycles itself
+  between jobs above ``max_memory_mb``).
+
+No loss: a gone child's job is settled (:mod:`forkq.daemon.master.dead_child`) *before* its slot
+gets a new child; when Redis is unreachable the slot waits.
+
+Backoff and crash loop: a child that dies abnormally within
+:data:`QUICK_DEATH` seconds of its start delays its slot's next fork by 0.5, 1,
+2, ... up to 30 s. A slot whose children fail to boot :data:`BOOT_ATTEMPTS`
+times in a row sets :attr:`Pool.halt_reason`; the supervisor then stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+import redis
+
+from forkq import keys
+from forkq.config import Config
+from forkq.daemon.child_process import (
+    MAX_BACKOFF,
+    QUICK_DEATH,
+    STOP_SIGNAL,
+    OsProcesses,
+    Processes,
+    describe,
+    respawn_delay,
+)
+from forkq.daemon.children.processor import Processor
+from forkq.daemon.master.dead_child import Cause, Gone, settle
+from forkq.daemon.master.heartbeats import LastBeat, busy_entry
+from forkq.daemon.refusal import Recurring
+from forkq.daemon.refusal import describe as describe_error
+from forkq.middleware import ServerChain
+from forkq.registry import Registry
+
+log = logging.getLogger(__name__)
+
+BOOT_ATTEMPTS = 5
+HARD_MEMORY_FACTOR = 1.5
+HEALTH_SLACK = 2.0  # seconds a stale child may wait for the next watch to cull it
+
+
+@dataclass
+class Child:
+    """A forked processor, as the master knows it."""
+
+    pid: int
+    slot: int
+    started: float  # monotonic
+    report_fd: int | None
+    seen: float  # monotonic time its heartbeat last changed (or its start)
+    seq: int = -1
+    job: dict[str, Any] | None = None
+    booted: bool = False
+    retiring: bool = False
+    boot_error: str = ""
+    killed: Gone | None = None  # set when the master SIGKILLs it, with the reason
+
+
+class Pool:
+    """The children of one master. Build in the master; every method is non-blocking."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        client: redis.Redis,
+        identity: str,
+        registry: Registry,
+        middleware: ServerChain,
+        in_child: Callable[[], None],
+        processes: Processes | None = None,
+    ) -> None:
+        self.config = config
+        self._redis = client
+        self.identity = identity
+        self.registry = registry
+        self.middleware = middleware
+        self.children: dict[int, Child] = {}
+        self.halt_reason: str | None = None
+        self._in_child = in_child
+        self._processes = processes or OsProcesses()
+        self._pending: dict[int, Gone] = {}  # slot -> a gone child's job still to settle
+        self._backoff: dict[int, tuple[int, float]] = {}  # slot -> (quick deaths, not before)
+        self._boot_failures: dict[int, int] = {}
+        self._rng = random.Random()
+        self._unsettled = Recurring(log)
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def report_fds(self) -> list[int]:
+        """The boot-report pipes still open, for the master's select."""
+        return [c.report_fd for c in self.children.values() if c.report_fd is not None]
+
+    def next_wake(self, now: float) -> float | None:
+        """The monotonic time the earliest backoff still running ends, if any."""
+        return min((until for _, until in self._backoff.values() if until > now), default=None)
+
+    def busy(self) -> dict[str, str]:
+        """The ``:workers`` hash: child pid → busy entry, for children running a job."""
+        return {str(c.pid): busy_entry(c.job) for c in self.children.values() if c.job}
+
+    def busy_count(self) -> int:
+        """How many children run a job (as their last heartbeat said)."""
+        return sum(1 for c in self.children.values() if c.job)
+
+    def all_booted(self) -> bool:
+        """Every slot has a child that reported ready."""
+        booted = sum(1 for c in self.children.values() if c.booted and not c.retiring)
+        return booted >= self.config.concurrency
+
+    def healthy(self, now: float) -> bool:
+        """No child is overdue for culling and at least one has booted."""
+        limit = self.config.liveness_timeout + HEALTH_SLACK
+        fresh = all(now - c.seen <= limit for c in self.children.values())
+        return fresh and any(c.booted for c in self.children.values())
+
+    def rss_kb(self) -> int:
+        """RSS of the children in KB (for the process record)."""
+        total = 0
+        for pid in self.children:
+            with contextlib.suppress(psutil.Error):
+                total += psutil.Process(pid).memory_info().rss
+        return total // 1024
+
+    # -- forking -----------------------------------------------------------------------------
+
+    def top_up(self, now: float) -> None:
+        """Fork a child for every free slot whose backoff has passed and whose job is settled."""
+        taken = {child.slot for child in self.children.values()}
+        for slot in range(self.config.concurrency):
+            if slot in taken or self._backoff.get(slot, (0, 0.0))[1] > now:
+                continue
+            if self._settle(slot):
+                self.spawn(slot)
+
+    def spawn(self, slot: int) -> None:
+        """Fork one processor child for ``slot``."""
+        try:
+            read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        except OSError as exc:
+            self._cannot_fork(slot, exc)
+            return
+        try:
+            pid = self._processes.fork(lambda: self._become_child(slot, read_fd, write_fd))
+        except OSError as exc:
+            os.close(read_fd)
+            os.close(write_fd)
+            self._cannot_fork(slot, exc)
+            return
+        os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        now = time.monotonic()
+        self.children[pid] = Child(pid, slot, now, read_fd, seen=now)
+        log.debug("processor-%d started, pid %d", slot, pid)
+
+    def _cannot_fork(self, slot: int, exc: OSError) -> None:
+        log.error("cannot fork processor-%d: %s; retrying in %.0fs", slot, exc, MAX_BACKOFF)
+        self._backoff[slot] = (0, time.monotonic() + MAX_BACKOFF)
+
+    def _become_child(self, slot: int, read_fd: int, report_fd: int) -> int:
+        """In the forked child: drop the master's state and run a Processor; its exit code.
+        The signals stay blocked until its handlers are installed."""
+        os.close(read_fd)
+        self._in_child()
+        self.close_reports()
+        processor = Processor(self.config, identity=self.identity, slot=slot,
+                              registry=self.registry, middleware=self.middleware,
+                              report_fd=report_fd)
+        return processor.run()
+
+    def close_reports(self) -> None:
+        """In a freshly forked child: close the master's ends of the boot-report pipes."""
+        for child in self.children.values():
+            if child.report_fd is not None:
+                os.close(child.report_fd)
+                child.report_fd = None
+
+    def read_reports(self, ready: list[int]) -> None:
+        """Read the boot reports of the children whose pipes are readable."""
+        for child in self.children.values():
+            if child.report_fd is None or child.report_fd not in ready:
+                continue
+            try:
+                data = os.read(child.report_fd, 4096)
+            except BlockingIOError:
+                continue
+            if data.startswith(b"ready"):
+                child.booted = True
+                self._boot_failures.pop(child.slot, None)
+            elif data.startswith(b"error "):
+                child.boot_error = data[6:].decode("utf-8", "replace").strip()
+            os.close(child.report_fd)
+            child.report_fd = None
+
+    # -- telling and killing -----------------------------------------------------------------
+
+    def signal_all(self, signum: signal.Signals) -> None:
+        """Send ``signum`` to every child."""
+        for pid in list(self.children):
+            self._processes.kill(pid, signum)
+
+    def retire(self, slots: range | None = None) -> int:
+        """Tell the children in ``slots`` (all by default) to exit after their current job."""
+        count = 0
+        for child in self.children.values():
+            if child.retiring or (slots is not None and child.slot not in slots):
+                continue
+            child.retiring = True
+            count += 1
+            self._processes.kill(child.pid, STOP_SIGNAL)
+        return count
+
+    def kill(self, child: Child, cause: Cause, reason: str, *, jid: str = "",
+             timeout: float = 0.0) -> None:
+        """SIGKILL ``child``; its job is settled per ``cause``
+        (see :mod:`forkq.daemon.master.dead_child`)."""
+        if child.killed is not None:
+            return
+        log.warning("processor-%d (pid %d) killed: %s", child.slot, child.pid, reason)
+        child.killed = Gone(keys.inflight(self.identity, child.pid), cause, reason, jid, timeout)
+        self._processes.kill(child.pid, signal.SIGKILL)
+
+    # -- watching ----------------------------------------------------------------------------
+
+    def trust_again(self, now: float) -> None:
+        """After a Redis outage: give every child a full liveness timeout from now."""
+        for child in self.children.values():
+            child.seen = now
+
+    def watch(self, beats: dict[int, LastBeat], now: float) -> None:
+        """Take in the children's heartbeats; cull the stale, the overdue and the oversized."""
+        for child in list(self.children.values()):
+            beat = beats.get(child.pid)
+            if beat is not None and beat.seq != child.seq:
+                child.seq, child.seen, child.job = beat.seq, now, beat.job
+            if child.killed is None:
+                self._check(child, now)
+
+    def _check(self, child: Child, now: float) -> None:
+        silent = now - child.seen
+        if silent > self.config.liveness_timeout:
+            self.kill(child, "crash", f"no heartbeat for {silent:.0f}s "
+                      f"(liveness_timeout {self.config.liveness_timeout:g}s)")
+            return
+        job = child.job
+        limit = (job or {}).get("timeout") or self.config.job_timeout
+        if job and limit and time.time() - float(job["started"]) > limit:
+            self.kill(child, "timeout", f"{job['class']} jid={job['jid']} ran past its "
+                      f"timeout of {limit:g}s", jid=str(job["jid"]), timeout=float(limit))
+            return
+        ceiling = self.config.max_memory_mb * HARD_MEMORY_FACTOR
+        if ceiling and self._rss_mb(child.pid) > ceiling:
+            self.kill(child, "crash", f"RSS above {ceiling:.0f} MB "
+                      f"({HARD_MEMORY_FACTOR:g} x max_memory_mb)")
+
+    @staticmethod
+    def _rss_mb(pid: int) -> float:
+        try:
+            return float(psutil.Process(pid).memory_info().rss) / 2**20
+        except psutil.Error:
+            return 0.0
+
+    # -- reaping and settling ----------------------------------------------------------------
+
+    def reap(self, *, respawn: bool) -> list[Child]:
+        """Collect exited children, settle their jobs, schedule respawns; the children reaped.
+
+        Waits on each known pid rather than on -1, so other children of the
+        master (the embedded server) stay with their owners.
+        """
+        gone = []
+        for pid in list(self.children):
+            status = self._processes.wait(pid)
+            if status is not None:
+                child = self.children.pop(pid)
+                self._child_gone(child, status, respawn=respawn)
+                gone.append(child)
+        return gone
+
+    def reap_now(self, child: Child) -> None:
+        """Wait for a child just SIGKILLed and settle its job (graceful stop deadline)."""
+        status = self._processes.wait(child.pid, block=True) or 0
+        del self.children[child.pid]
+        self._child_gone(child, status, respawn=False)
+
+    def _child_gone(self, child: Child, status: int, *, respawn: bool) -> None:
+        if child.report_fd is not None:
+            self.read_reports([child.report_fd])
+        code = os.waitstatus_to_exitcode(status)
+        how = describe(status)
+        told = code == 0 and child.retiring  # a child exiting 0 unasked held no job, or its
+        gone = child.killed or Gone(keys.inflight(self.identity, child.pid),  # job exited it
+                                    "exit" if told else "crash", how)
+        if code != 0 and not child.booted and child.killed is None:
+            self._boot_failed(child, how)
+        elif code != 0 or child.killed is not None:
+            log.warning("processor-%d (pid %d) %s", child.slot, child.pid, how)
+        self._pending[child.slot] = gone
+        self._settle(child.slot)
+        if respawn:
+            self._schedule_respawn(child, code, time.monotonic())
+
+    def _boot_failed(self, child: Child, how: str) -> None:
+        failures = self._boot_failures.get(child.slot, 0) + 1
+        self._boot_failures[child.slot] = failures
+        reason = child.boot_error or how
+        log.error("processor-%d (pid %d) failed to boot (%d of %d): %s", child.slot, child.pid,
+                  failures, BOOT_ATTEMPTS, reason)
+        if failures >= BOOT_ATTEMPTS:
+            self.halt_reason = (f"processor-{child.slot} failed to boot {failures} times "
+                                f"in a row: {reason}")
+
+    def _schedule_respawn(self, child: Child, code: int, now: float) -> None:
+        abnormal = code != 0 or child.killed is not None
+        quick, _ = self._backoff.get(child.slot, (0, 0.0))
+        quick = quick + 1 if abnormal and now - child.started < QUICK_DEATH else 0
+        delay = respawn_delay(quick)
+        self._backoff[child.slot] = (quick, now + delay)
+        if delay:
+            log.warning("processor-%d respawns in %.1fs", child.slot, delay)
+
+    def _settle(self, slot: int) -> bool:
+        """Settle the job of the child that last held ``slot``; False if Redis failed."""
+        gone = self._pending.get(slot)
+        if gone is None:
+            return True
+        try:
+            settled = settle(self._redis, gone, registry=self.registry,
+                             max_retries=self.config.max_retries, rng=self._rng, now=time.time())
+        except redis.RedisError as exc:
+            self._unsettled.report(gone.inflight_key, "cannot settle the job of %s yet: %s; "
+                                   "processor-%d waits", gone.inflight_key, describe_error(exc),
+                                   slot)
+            return False
+        self._unsettled.clear(gone.inflight_key, "settled the job of %s", gone.inflight_key)
+        del self._pending[slot]
+        if settled is not None:
+            detail = f" ({settled.detail})" if settled.detail else ""
+            log.warning("job %s%s: %s", settled.outcome, detail,
+                        settled.job[:200].decode("utf-8", "replace"))
+        return True
+
+    def settle_all(self) -> bool:
+        """Settle every pending job; True when none is left."""
+        return all(self._settle(slot) for slot in list(self._pending))
+
+    def pending(self) -> list[str]:
+        """In-flight keys still to settle."""
+        return [gone.inflight_key for gone in self._pending.values()]

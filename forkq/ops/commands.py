@@ -1,0 +1,365 @@
+"""The operator's commands on top of :mod:`forkq.api`: ``status``, ``quiet``, ``stop``,
+``dump``, ``reload``, ``queues``, ``retries`` / ``dead`` / ``scheduled`` and ``enqueue``.
+
+Each command is a function ``(client, args) -> Outcome``: the data printed with
+``--json`` (one JSON object on stdout), the text printed otherwise, the messages for
+stderr, and the exit status:
+
+- 0 — done;
+- 2 — usage error (a missing or contradictory argument; argparse's own errors too);
+- 65 — unusable input (an ``enqueue`` ARG that looks like JSON but does not parse, or a
+  value JSON cannot carry such as NaN);
+- 66 — a named process, queue or jid is not there; the others named were still acted on,
+  and ``--json`` lists the absent ones under ``missing``;
+- 1 — something named was refused (a set entry that is not a job, a remote signal a
+  process does not take); the rest were acted on, and ``--json`` lists them under
+  ``refused``. Redis errors are handled in :mod:`forkq.cli` (69 when it does not answer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import redis
+
+from forkq import client as clients
+from forkq.errors import (
+    EXIT_DATAERR,
+    EXIT_FAILURE,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    ForkqError,
+    NotFoundError,
+)
+from forkq.ops import tables
+from forkq.ops.processes import ProcessSet, Work
+from forkq.ops.queues import Queue
+from forkq.ops.records import SortedEntry
+from forkq.ops.sorted_sets import SETS, JobSet
+from forkq.ops.stats import Stats
+
+DEFAULT_LIMIT = 50
+
+
+@dataclass
+class Outcome:
+    """What a command prints and how it exits."""
+
+    data: dict[str, Any]
+    text: str
+    code: int = EXIT_OK
+    errors: list[str] = field(default_factory=list)
+
+
+Command = Callable[[redis.Redis, argparse.Namespace], Outcome]
+
+
+def failed(code: int, message: str, **data: Any) -> Outcome:
+    """An outcome that only reports ``message`` (on stderr; under ``error`` with --json)."""
+    return Outcome({"error": message, **data}, "", code, [message])
+
+
+def _with_problems(data: dict[str, Any], missing: list[str], refused: list[str]
+                   ) -> tuple[dict[str, Any], int]:
+    """``data`` with ``missing`` and ``refused``, and the exit status they call for."""
+    code = EXIT_NOT_FOUND if missing else EXIT_FAILURE if refused else EXIT_OK
+    return {**data, "missing": missing, "refused": refused}, code
+
+
+# --- status ------------------------------------------------------------------------
+
+
+def status(client: redis.Redis, args: argparse.Namespace) -> Outcome:
+    """Processes, what each busy processor runs, queues and totals in one view."""
+    now = time.time()
+    processes = ProcessSet(client)
+    live = processes.live()
+    work = processes.work(live)
+    stats = Stats.read(client, now)
+    queues = _queue_rows(stats)
+    data = {"processes": [p.summary() for p in live], "busy": [w.summary() for w in work],
+            "queues": queues, "stats": stats.summary()}
+    capacity = sum(p.concurrency for p in live)
+    text = "\n\n".join([
+        f"Processes ({len(live)})\n" + tables.table(
+            ["IDENTITY", "TAG", "PID", "BUSY", "QUIET", "LEADER", "STARTED"],
+            [[p.identity, p.tag, p.pid, f"{p.busy}/{p.concurrency}", tables.yes(p.quiet),
+              tables.yes(p.leader), tables.moment(p.started_at, now)] for p in live]),
+        f"Busy ({len(work)})\n" + _work_table(work, now),
+        f"Queues ({len(queues)})\n" + _queue_table(queues),
+        "Totals\n" + tables.table(
+            ["PROCESSED", "FAILED", "ENQUEUED", "SCHEDULED", "RETRIES", "DEAD", "BUSY"],
+            [[stats.processed, stats.failed, stats.enqueued, stats.scheduled_size,
+              stats.retry_size, stats.dead_size, f"{stats.workers_size}/{capacity}"]]),
+    ])
+    return Outcome(data, text)
+
+
+def _work_table(work: list[Work], now: float) -> str:
+    return tables.table(
+        ["IDENTITY", "PROCESSOR", "QUEUE", "CLASS", "JID", "RUNNING"],
+        [[w.identity, w.thread, w.queue, w.payload.get("class"), w.payload.get("jid"),
+          tables.seconds(now - w.run_at)] for w in work])
+
+
+def _queue_rows(stats: Stats) -> list[dict[str, Any]]:
+    """``{name, size, latency}`` per listed queue."""
+    return [{"name": name, "size": size, "latency": stats.latencies[name]}
+            for name, size in stats.queues.items()]
+
+
+def _queue_table(rows: list[dict[str, Any]]) -> str:
+    return tables.table(["NAME", "SIZE", "LATENCY"],
+                        [[q["name"], q["size"], tables.seconds(q["latency"])] for q in rows])
+
+
+# --- quiet / stop / dump / reload --------------------------------------------------------------
+
+_ASKED = {"quiet": "asked {} to quiet", "stop": "asked {} to stop",
+          "dump": "asked {} to log its stacks", "reload": "asked {} to reload its configuration"}
+
+
+def signal_processes(action: str) -> Command:
+    """The named processes (or ``--all``) get Sidekiq's remote signal for ``action``."""
+
+    def run(client: redis.Redis, args: argparse.Namespace) -> Outcome:
+        if bool(args.identities) == bool(args.all):
+            return failed(EXIT_USAGE, f"{action}: name one or more IDENTITY, or --all")
+        processes = ProcessSet(client)
+        live = processes.live()
+        targets = list(live) if args.all else []
+        missing, refused, errors = [], [], []
+        for wanted in args.identities:
+            try:
+                targets.append(processes.find(wanted, live))
+            except NotFoundError as exc:
+                missing.append(wanted)
+                errors.append(str(exc))
+        done = []
+        for process in targets:
+            try:
+                processes.signal(process, action)
+            except ForkqError as exc:
+                refused.append(process.identity)
+                errors.append(str(exc))
+            else:
+                done.append(process.identity)
+        lines = [_ASKED[action].format(i) + " (it acts at its next heartbeat)" for i in done]
+        if not targets and not errors:
+            lines = ["no live processes"]
+        data, code = _with_problems({"signal": action, "signalled": done}, missing, refused)
+        return Outcome(data, "\n".join(lines), code, errors)
+
+    return run
+
+
+# --- queues -------------------------------------------------------------------------------
+
+
+def queues(client: redis.Redis, args: argparse.Namespace) -> Outcome:
+    """``queues [list]``, ``queues jobs NAME``, ``queues clear NAME``."""
+    if args.action == "list":
+        if args.name:
+            return failed(EXIT_USAGE, "queues list takes no NAME (use: forkq queues jobs NAME)")
+        rows = _queue_rows(Stats.read(client))
+        return Outcome({"queues": rows}, _queue_table(rows))
+    if not args.name:
+        return failed(EXIT_USAGE, f"queues {args.action} needs a queue NAME")
+    queue = Queue(client, args.name)
+    if not queue.exists():
+        known = ", ".join(q.name for q in Queue.all(client)) or "none"
+        return failed(EXIT_NOT_FOUND, f"no queue {args.name!r} (known: {known})",
+                      missing=[args.name])
+    if args.action == "clear":
+        dropped = queue.clear()
+        return Outcome({"queue": queue.name, "cleared": dropped},
+                       f"cleared queue {queue.name}: {dropped} jobs dropped")
+    now = time.time()
+    jobs = queue.next_jobs(args.limit or queue.size())
+    return Outcome(
+        {"queue": queue.name, "size": queue.size(), "jobs": [j.summary() for j in jobs]},
+        tables.table(["JID", "CLASS", "ARGS", "ENQUEUED"],
+                     [[j.jid, j.klass, tables.short(json.dumps(j.args)),
+                       tables.moment(j.enqueued_at, now)] for j in jobs]))
+
+
+# --- retries / dead / scheduled -----------------------------------------------------------------
+
+
+def job_set(kind: str) -> Command:
+    """``<kind> [list]``, ``<kind> retry|delete|kill JID...|--all``, ``<kind> clear``."""
+
+    def run(client: redis.Redis, args: argparse.Namespace) -> Outcome:
+        jobs = SETS[kind](client)
+        if args.action == "list":
+            return _list_set(jobs, kind, args.limit)
+        if args.action == "clear":
+            if args.jids or args.all:
+                return failed(EXIT_USAGE, f"{kind} clear takes no JID and no --all")
+            cleared = jobs.clear()
+            return Outcome({"set": jobs.name, "cleared": cleared},
+                           f"cleared {kind}: {cleared} jobs dropped")
+        if args.action == "kill" and kind == "dead":
+            return failed(EXIT_USAGE, "dead jobs cannot be killed again (use: forkq dead delete)")
+        if bool(args.jids) == bool(args.all):
+            return failed(EXIT_USAGE, f"{kind} {args.action}: name one or more JID, or --all")
+        return _act(jobs, kind, args.action, args.jids, every=args.all)
+
+    return run
+
+
+def _list_set(jobs: JobSet, kind: str, limit: int) -> Outcome:
+    now = time.time()
+    entries = list(jobs.entries(limit or None, reverse=kind == "dead"))
+    when = {"scheduled": "DUE", "retries": "NEXT RETRY", "dead": "DIED"}[kind]
+    rows = [[e.jid, e.klass, e.queue, tables.short(json.dumps(e.args), 40),
+             tables.moment(e.score, now), e.retry_count if e.retry_count is not None else "",
+             tables.short(f"{e.error_class}: {e.error_message}", 50) if e.error_class else ""]
+            for e in entries]
+    size = jobs.size()
+    text = tables.table(["JID", "CLASS", "QUEUE", "ARGS", when, "RETRIES", "ERROR"], rows)
+    shown = f" (the first {len(entries)}; --limit 0 lists all)" if len(entries) < size else ""
+    return Outcome({"set": jobs.name, "size": size, "jobs": [e.summary() for e in entries]},
+                   f"{kind}: {size} jobs{shown}\n{text}")
+
+
+_PAST = {"retry": "enqueued", "delete": "deleted", "kill": "killed"}
+
+
+def _act(jobs: JobSet, kind: str, action: str, jids: list[str], *, every: bool) -> Outcome:
+    """Apply ``action`` to each named jid (or every entry); absent and refused ones are
+    reported, the others are still acted on."""
+    targets: list[tuple[str, SortedEntry | None]]
+    if every:
+        targets = [(entry.jid or repr(entry.raw[:40]), entry) for entry in jobs.entries()]
+    else:
+        targets = [(jid, jobs.find_job(jid)) for jid in jids]
+    method = {"retry": jobs.add_to_queue if kind == "scheduled" else jobs.retry,
+              "delete": jobs.delete, "kill": jobs.kill}[action]
+    done, missing, refused, errors = [], [], [], []
+    for jid, entry in targets:
+        try:
+            # False: it left the set between the read and the action (run, moved or deleted)
+            acted = entry is not None and method(entry)
+        except ForkqError as exc:
+            refused.append(jid)
+            errors.append(str(exc))
+            continue
+        if acted:
+            done.append(jid)
+        else:
+            missing.append(jid)
+            errors.append(f"no job {jid!r} in {kind}")
+    past = _PAST[action]
+    text = "\n".join(f"{past} {jid}" for jid in done) or f"nothing {past}"
+    data, code = _with_problems({"set": jobs.name, past: done}, missing, refused)
+    return Outcome(data, text, code, errors)
+
+
+# --- enqueue ------------------------------------------------------------------------------
+
+
+def enqueue(client: redis.Redis, args: argparse.Namespace,
+            defaults: dict[str, Any] | None = None) -> Outcome:
+    """Push one job by name, with ``defaults`` (a registered job's options) under the flags.
+    Each ARG is JSON when it parses as JSON, else a string (unless it looks like JSON)."""
+    if args.in_seconds is not None and args.at is not None:
+        return failed(EXIT_USAGE, "enqueue: give --in or --at, not both")
+    item: dict[str, Any] = {**(defaults or {}), "class": args.name}
+    try:
+        item["args"] = [_arg(text) for text in args.args]
+    except ValueError as exc:
+        return failed(EXIT_DATAERR, f"enqueue: {exc}")
+    if args.to_queue is not None:
+        item["queue"] = args.to_queue
+    if args.retry is not None:
+        item["retry"] = args.retry
+    now = time.time()
+    at = now + args.in_seconds if args.in_seconds is not None else args.at
+    if at is not None and at > now:
+        item["at"] = at  # an epoch: above 1e9 once in the future, never read as an interval
+    try:
+        jid = clients.Client(client).push(item)
+    except (TypeError, ValueError) as exc:
+        return failed(EXIT_DATAERR, f"enqueue: {exc}")
+    queue = item.get("queue", "default")
+    scheduled = item.get("at")
+    where = f"schedule (due {tables.moment(scheduled, now)})" if scheduled else f"queue {queue}"
+    return Outcome({"jid": jid, "class": args.name, "queue": queue, "at": scheduled},
+                   f"enqueued {args.name} {jid} to {where}")
+
+
+_JSON_STARTS = ('"', "[", "{")
+
+
+def _arg(text: str) -> Any:
+    """JSON when ``text`` parses as JSON; else the string itself, unless it starts like a JSON
+    string, array or object (then a typo must not silently become a string: ValueError)."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        if text.lstrip().startswith(_JSON_STARTS):
+            raise ValueError(f"ARG {tables.short(text, 40)!r} looks like JSON but does not "
+                             f"parse: {exc}") from None
+        return text
+
+
+# --- argument types (argparse turns their ValueError into a usage error) ------------------------
+
+
+def retry_option(text: str) -> bool | int:
+    """``--retry``: true, false or a number of retries."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    count = int(text)
+    if count < 0:
+        raise ValueError(text)
+    return count
+
+
+def seconds_option(text: str) -> float:
+    """``--in``: a finite number of seconds."""
+    value = float(text)
+    if not math.isfinite(value) or abs(value) > 1e10:
+        raise ValueError(text)
+    return value
+
+
+def when_option(text: str) -> float:
+    """``--at``: epoch seconds, or an ISO 8601 time (local time unless it has an offset)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return datetime.fromisoformat(text).timestamp()
+    if not math.isfinite(value) or not 0 <= value < 1e11:
+        raise ValueError(text)
+    return value
+
+
+def limit_option(text: str) -> int:
+    """``--limit``: how many to list; 0 for all."""
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+def emit(outcome: Outcome, *, as_json: bool) -> int:
+    """Print ``outcome`` (JSON or text on stdout, errors on stderr); its exit status."""
+    if as_json:
+        print(json.dumps(outcome.data, ensure_ascii=False, allow_nan=False))
+    elif outcome.text:
+        print(outcome.text)
+    for error in outcome.errors:
+        print(f"forkq: {error}", file=sys.stderr)
+    return outcome.code

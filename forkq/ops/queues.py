@@ -1,0 +1,85 @@
+"""The operator's view of queues: :class:`Queue` (size, latency, jobs, find, delete, clear).
+
+Same keys and semantics as Sidekiq's ``Sidekiq::Queue`` (api.rb): the names in
+``queues``, jobs in ``queue:<name>`` with the oldest at the right end. Latency is
+now minus the oldest job's ``enqueued_at``. Deleting matches the raw bytes
+(``LREM 1``); clearing unlinks the list and leaves ``queues`` in one MULTI.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import redis
+
+from forkq import keys
+from forkq.connection import raw, text
+from forkq.ops.records import JobRecord
+
+PAGE = 50
+
+
+class Queue:
+    """One queue of the server behind ``client``."""
+
+    def __init__(self, client: redis.Redis, name: str = "default") -> None:
+        self.redis = client
+        self.name = name
+        self.key = keys.queue(name)
+
+    @classmethod
+    def all(cls, client: redis.Redis) -> list[Queue]:
+        """Every queue listed in ``queues``, sorted by name."""
+        return [cls(client, name) for name in sorted(text(n) for n in client.smembers(keys.QUEUES))]
+
+    def exists(self) -> bool:
+        """Listed in ``queues`` or holding jobs."""
+        return bool(self.redis.sismember(keys.QUEUES, self.name)) or self.size() > 0
+
+    def size(self) -> int:
+        return int(self.redis.llen(self.key))
+
+    def latency(self, now: float | None = None) -> float:
+        """Seconds the oldest job has waited (0 for an empty queue)."""
+        oldest = self.redis.lindex(self.key, -1)
+        if oldest is None:
+            return 0.0
+        return JobRecord(raw(oldest), self.key).latency(time.time() if now is None else now)
+
+    def jobs(self) -> Iterator[JobRecord]:
+        """Every job, newest first (as Sidekiq's ``Queue#each``), a page at a time from the left
+        end. Processors take from the right end, which shifts nothing; jobs the caller deletes
+        are made up for (``initial size - size``), so none is skipped. A job pushed meanwhile
+        may show a later one twice."""
+        initial = self.size()
+        page = 0
+        while True:
+            start = max(0, page * PAGE - (initial - self.size()))
+            found = self.redis.lrange(self.key, start, start + PAGE - 1)
+            if not found:
+                return
+            for member in found:
+                yield JobRecord(raw(member), self.key)
+            page += 1
+
+    def next_jobs(self, limit: int) -> list[JobRecord]:
+        """The ``limit`` jobs that run next, next first: one read, a consistent snapshot."""
+        found = self.redis.lrange(self.key, -limit, -1) if limit > 0 else []
+        return [JobRecord(raw(member), self.key) for member in reversed(found)]
+
+    def find_job(self, jid: str) -> JobRecord | None:
+        """The job with this jid (a scan of the whole list: O(size)); None if not queued."""
+        return next((job for job in self.jobs() if job.jid == jid), None)
+
+    def delete(self, job: JobRecord) -> bool:
+        """Remove that job (by its raw bytes); False if it is no longer there."""
+        return int(self.redis.lrem(self.key, 1, job.raw)) > 0  # type: ignore[arg-type]
+
+    def clear(self) -> int:
+        """Drop every job and unlist the queue; returns how many jobs were dropped."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.llen(self.key)
+            pipe.unlink(self.key)
+            pipe.srem(keys.QUEUES, self.name)
+            return int(pipe.execute()[0])

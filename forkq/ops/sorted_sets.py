@@ -1,0 +1,177 @@
+"""The operator's view of the sorted sets: :class:`ScheduledSet`, :class:`RetrySet`,
+:class:`DeadSet` (iterate, find by jid, retry now, add to queue, kill, delete,
+reschedule, clear).
+
+Same keys and meaning as Sidekiq's ``JobSet`` classes (api.rb): members are job
+JSON, scores epoch seconds (due time; time of death for ``dead``). Every action
+names the member by the raw bytes it was read as and runs in entry.lua, which
+removes it and writes its job to the target in one step: a job raced by Sidekiq,
+the leader's mover or another operator is acted on once or not at all (the
+method then returns False). Rescheduling is ``ZADD XX`` of those same bytes, so
+it moves the member and never adds a second one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any, cast
+
+import redis
+
+from forkq import keys, wirejson
+from forkq.connection import raw
+from forkq.errors import ForkqError
+from forkq.ops.records import SortedEntry
+from forkq.scripts import script
+
+PAGE = 50
+
+
+class JobSet:
+    """One of Sidekiq's sorted sets of jobs."""
+
+    name = ""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.redis = client
+
+    def size(self) -> int:
+        return int(self.redis.zcard(self.name))
+
+    def __iter__(self) -> Iterator[SortedEntry]:
+        return self.entries()
+
+    def entries(self, limit: int | None = None, *, reverse: bool = False) -> Iterator[SortedEntry]:
+        """The entries by score (soonest first; latest first with ``reverse``), a page at a time.
+
+        Pages continue from the last score seen, not from a position, so entries removed
+        meanwhile (by the caller, the leader's mover or anyone) never make others skipped."""
+        yielded = 0
+        bound: float | None = None
+        at_bound: set[bytes] = set()  # members already yielded at score ``bound``
+        while limit is None or yielded < limit:
+            page = self._page_from(bound, PAGE + len(at_bound), reverse=reverse)
+            fresh = [(m, s) for m, s in page if not (s == bound and m in at_bound)]
+            for member, score in fresh[: None if limit is None else limit - yielded]:
+                yield SortedEntry(member, score=score, set_name=self.name)
+                yielded += 1
+            if not fresh or len(page) < PAGE + len(at_bound):
+                return
+            last = fresh[-1][1]
+            at_bound = (at_bound if last == bound else set()) | {m for m, s in fresh if s == last}
+            bound = last
+
+    def _page_from(self, bound: float | None, count: int, *, reverse: bool
+                   ) -> list[tuple[bytes, float]]:
+        """Up to ``count`` members scored from ``bound`` (inclusive) onwards."""
+        start = ("+inf" if reverse else "-inf") if bound is None else repr(bound)
+        if reverse:
+            found = self.redis.zrevrangebyscore(self.name, start, "-inf", start=0, num=count,
+                                                withscores=True)
+        else:
+            found = self.redis.zrangebyscore(self.name, start, "+inf", start=0, num=count,
+                                             withscores=True)
+        return [(raw(member), float(score)) for member, score in cast(list[Any], found)]
+
+    def find_job(self, jid: str) -> SortedEntry | None:
+        """The entry whose payload has this ``jid`` (a ``ZSCAN`` for it, as Sidekiq)."""
+        if not jid or any(c in jid for c in "*?[]\\"):
+            return None
+        for member, score in self.redis.zscan_iter(self.name, match=f"*{jid}*", count=100):
+            entry = SortedEntry(raw(member), score=float(score), set_name=self.name)
+            if entry.jid == jid:
+                return entry
+        return None
+
+    def retry(self, entry: SortedEntry) -> bool:
+        """Push it to its queue now with ``retry_count`` one lower (Sidekiq's ``retry``: the
+        next failure counts the same attempt again)."""
+        item = self._job(entry, "retry")
+        if isinstance(item.get("retry_count"), int):
+            item["retry_count"] -= 1
+        return self._to_queue(entry, item)
+
+    def add_to_queue(self, entry: SortedEntry) -> bool:
+        """Push it to its queue now, unchanged but for a fresh ``enqueued_at``."""
+        return self._to_queue(entry, self._job(entry, "add to a queue"))
+
+    def kill(self, entry: SortedEntry) -> bool:
+        """Move it to the dead set, scored now (trimmed as Sidekiq's ``DeadSet#kill``)."""
+        if self.name == keys.DEAD:
+            raise ForkqError(f"job {entry.jid} is already dead")
+        return self._act(entry, "dead", keys.DEAD, entry.raw, "")
+
+    def delete(self, entry: SortedEntry) -> bool:
+        """Remove it; False if it was no longer in the set."""
+        return self._act(entry, "delete", self.name, b"", "")
+
+    def reschedule(self, entry: SortedEntry, at: float) -> bool:
+        """Give it a new score (epoch seconds); False if it is no longer in the set."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zadd(self.name, {entry.raw: at}, xx=True)
+            pipe.zscore(self.name, entry.raw)
+            return pipe.execute()[1] is not None
+
+    def clear(self) -> int:
+        """Empty the set; returns how many entries it held."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zcard(self.name)
+            pipe.unlink(self.name)
+            return int(pipe.execute()[0])
+
+    def retry_all(self) -> int:
+        """Retry every entry; returns how many were pushed."""
+        return self._each_first_page(self.retry)
+
+    def kill_all(self) -> int:
+        """Kill every entry; returns how many were moved."""
+        return self._each_first_page(self.kill)
+
+    def _each_first_page(self, action: Any) -> int:
+        done = 0
+        while page := list(self.entries(PAGE)):
+            done += sum(1 for entry in page if action(entry))
+        return done
+
+    def _job(self, entry: SortedEntry, doing: str) -> dict[str, Any]:
+        if not entry.item or not entry.queue:
+            raise ForkqError(f"cannot {doing} a {self.name} entry that is not a job: "
+                             f"{entry.raw[:200]!r}")
+        return dict(entry.item)
+
+    def _to_queue(self, entry: SortedEntry, item: dict[str, Any]) -> bool:
+        item["enqueued_at"] = time.time()
+        return self._act(entry, "queue", keys.queue(item["queue"]), wirejson.dumps(item),
+                         item["queue"])
+
+    def _act(self, entry: SortedEntry, action: str, target: str, write: str | bytes,
+             queue: str) -> bool:
+        now = time.time()
+        lua = script(self.redis, "entry")
+        done = lua(keys=[self.name, target, keys.QUEUES],
+                      args=[entry.raw, action, write, queue, repr(now),
+                            repr(now - keys.DEAD_TIMEOUT), keys.DEAD_MAX_JOBS])
+        return cast(int, done) == 1
+
+
+class ScheduledSet(JobSet):
+    """``schedule``: jobs pushed with ``at`` / ``perform_in``, scored by when they are due."""
+
+    name = keys.SCHEDULE
+
+
+class RetrySet(JobSet):
+    """``retry``: failed jobs awaiting their next attempt, scored by when it is due."""
+
+    name = keys.RETRY
+
+
+class DeadSet(JobSet):
+    """``dead``: jobs out of retries, scored by when they died; 10,000 / 180 days at most."""
+
+    name = keys.DEAD
+
+
+SETS: dict[str, type[JobSet]] = {"scheduled": ScheduledSet, "retries": RetrySet,
+                                 "dead": DeadSet}

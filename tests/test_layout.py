@@ -1,0 +1,59 @@
+"""The package's layers: imports point down, and the public paths stay where they were.
+
+Each check imports in a fresh interpreter, so what one test imported cannot hide what
+another module pulls in.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+DAEMON_ONLY = ("psutil", "setproctitle", "yaml", "croniter")
+
+
+def _loaded_after(statement: str) -> set[str]:
+    """The modules ``statement`` loads in a fresh interpreter."""
+    code = f"import sys, json; {statement}; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True, timeout=60).stdout
+    return set(json.loads(out))
+
+
+def _forkq(modules: set[str]) -> set[str]:
+    return {m for m in modules if m == "forkq" or m.startswith("forkq.")}
+
+
+def test_import_forkq_loads_only_the_client_side() -> None:
+    loaded = _loaded_after("import forkq")
+    inside = _forkq(loaded)
+    assert not {m for m in inside if m.startswith(("forkq.daemon", "forkq.ops", "forkq.tools"))}
+    assert not inside & {"forkq.config", "forkq.cron", "forkq.cli", "forkq.embedded"}
+    assert not loaded & set(DAEMON_ONLY), "a web process must not load the daemon's libraries"
+    assert len(inside) <= 10, sorted(inside)
+
+
+@pytest.mark.parametrize(("statement", "forbidden"), [
+    ("import forkq.config", ("forkq.daemon", "forkq.ops", "forkq.tools")),
+    ("import forkq.embedded", ("forkq.daemon", "forkq.ops", "forkq.tools")),
+    ("import forkq.api", ("forkq.daemon", "forkq.tools", "forkq.config")),
+    ("import forkq.daemon.children.processor", ("forkq.daemon.master", "forkq.tools")),
+    ("import forkq.daemon.children.scheduler", ("forkq.daemon.master", "forkq.tools")),
+])
+def test_imports_point_down(statement: str, forbidden: tuple[str, ...]) -> None:
+    loaded = _forkq(_loaded_after(statement))
+    assert not {m for m in loaded if m.startswith(forbidden)}, statement
+
+
+def test_the_public_paths_still_import() -> None:
+    names = ["Client", "EnqueueError", "Job", "JobKilledError", "JobTimeoutError",
+             "__version__", "client_middleware", "job", "on_child_boot", "on_child_exit",
+             "server_middleware"]
+    code = ("import forkq, forkq.api, forkq.examples; from forkq.cli import main; "
+            f"print(json.dumps([hasattr(forkq, n) for n in {names!r}]))")
+    out = subprocess.run([sys.executable, "-c", "import json; " + code], check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    assert json.loads(out) == [True] * len(names)
