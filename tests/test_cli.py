@@ -52,6 +52,8 @@ def test_demo_runs_the_example_jobs_on_an_embedded_server(tmp_path: Path) -> Non
     assert (tmp_path / ".forkq" / "appendonlydir").is_dir()
 
 
+@pytest.mark.bench
+@pytest.mark.slow
 def test_bench_prints_its_figures() -> None:
     result = run_forkq("bench", "-n", "2000", "-c", "2", "--latency-samples", "50", timeout=120)
     assert result.returncode == 0, result.stderr

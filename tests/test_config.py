@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 import textwrap
 from collections.abc import Callable, Iterator, Mapping
@@ -13,6 +14,8 @@ import pytest
 
 from forkq.config import SETTINGS, Config, add_flags, import_required, load, load_file
 from forkq.errors import ConfigError
+
+from .conftest import ROOT
 
 Write = Callable[..., str]
 
@@ -549,3 +552,46 @@ def test_syntax_error_while_importing(write: Write) -> None:
     write("def broken(:\n", "fqtest_syntax.py")
     message = error_of(lambda: import_required(Config(require=("fqtest_syntax",))))
     assert message.startswith("default: require: cannot import 'fqtest_syntax': SyntaxError: ")
+
+
+# -- one declaration per setting: the README's table and etc/forkq.yml follow SETTINGS ----------
+
+
+def _readme_settings() -> dict[str, tuple[str, str]]:
+    """The README's settings table: name -> (flag column, environment column)."""
+    text = (ROOT / "README.md").read_text()
+    table = text.split("| setting | flag | environment | default | meaning |", 1)[1]
+    rows: dict[str, tuple[str, str]] = {}
+    for line in table.splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        name, flag, env = (cell.strip() for cell in line.strip("|").split("|")[:3])
+        rows[name.strip("`")] = (flag, env)
+    return rows
+
+
+def test_the_readme_table_lists_every_setting_with_its_flag_and_variable() -> None:
+    rows = _readme_settings()
+    names = {"(environment)": "environment", "(config file)": "config_file"}
+    assert {names.get(row, row) for row in rows} == {s.name for s in SETTINGS}
+    none = "\N{EN DASH}"  # the table's "not given"
+    for row, (flag, env) in rows.items():
+        setting = next(s for s in SETTINGS if s.name == names.get(row, row))
+        assert env.startswith(f"`{setting.variable}`") if setting.variable else env == none, row
+        assert flag.startswith(f"`{setting.flags[0]}") if setting.flags else flag == none, row
+
+
+def test_the_example_file_shows_every_file_setting() -> None:
+    text = (ROOT / "etc" / "forkq.yml").read_text()
+    shown = {line.lstrip("# ").split(":", 1)[0] for line in text.splitlines()
+             if re.match(r"^(# )?[a-z_]+:", line)}
+    assert shown == {s.name for s in SETTINGS if s.in_file}
+    load_file(str(ROOT / "etc" / "forkq.yml"), {"REDIS_URL": "redis://127.0.0.1:1/0"})
+
+
+def test_every_setting_declares_its_reload_and_variable() -> None:
+    assert {s.reload for s in SETTINGS} == {"restart", "master", "scheduler", "children"}
+    derived = [s for s in SETTINGS if s.env == ""]
+    assert all(s.variable == f"FORKQ_{s.name.upper()}" for s in derived)
+    assert {s.name: s.variable for s in SETTINGS if s.env != ""} == {
+        "periodic": None, "environment": "FORKQ_ENV", "config_file": "FORKQ_CONFIG"}

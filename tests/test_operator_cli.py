@@ -21,7 +21,7 @@ from forkq import payload as payloads
 from forkq import wirejson
 from forkq.embedded import EmbeddedServer
 
-from .conftest import Daemon, identity_of, records, run_forkq, until
+from .conftest import Daemon, attempts, identity_of, records, run_forkq, until
 
 MODES = ["text", "json"]
 DAEMON = """
@@ -173,10 +173,6 @@ def _jids_in(ops: Ops, listing: Any) -> list[str]:
     return re.findall(r"^([0-9a-f]{24})\s", listing, re.MULTILINE)
 
 
-def _attempts(r: redis.Redis, jid: str) -> int:
-    return sum(1 for row in records(r, "test:slowretry") if row["jid"] == jid)
-
-
 def test_retries_dead_and_scheduled(ops: Ops, r: redis.Redis,
                                     daemon: Callable[..., Daemon]) -> None:
     d = daemon(DAEMON)
@@ -191,7 +187,7 @@ def test_retries_dead_and_scheduled(ops: Ops, r: redis.Redis,
     if not ops.json:
         assert "RuntimeError: slow r0" in listing and "retries: 4 jobs" in listing
     assert ops("retries", "retry", failing[0])
-    until(lambda: _attempts(r, failing[0]) == 2, 15, d.log())
+    until(lambda: len(attempts(r, failing[0])) == 2, 15, d.log())
     rerun = [row for row in records(r, "test:slowretry") if row["jid"] == failing[0]][-1]
     assert rerun["retry_count"] == -1, "Sidekiq's retry lowers the count before the push"
     until(lambda: r.zcard("retry") == 4, 15, "the retried job did not fail back into retry")
@@ -200,7 +196,7 @@ def test_retries_dead_and_scheduled(ops: Ops, r: redis.Redis,
         assert again["enqueued"] == [failing[0]] and again["missing"] == ["0" * 24]
     else:
         assert f"no job '{'0' * 24}' in retries" in again
-    until(lambda: _attempts(r, failing[0]) == 3 and r.zcard("retry") == 4, 15, d.log())
+    until(lambda: len(attempts(r, failing[0])) == 3 and r.zcard("retry") == 4, 15, d.log())
 
     killed = ops("retries", "kill", failing[1])
     assert (killed["killed"] == [failing[1]]) if ops.json else f"killed {failing[1]}" in killed
@@ -216,7 +212,7 @@ def test_retries_dead_and_scheduled(ops: Ops, r: redis.Redis,
     assert sorted(_jids_in(ops, ops("dead"))) == sorted([*dying, failing[1]])
     assert _jids_in(ops, ops("dead", "--limit", "1")) == [failing[1]], "newest death first"
     ops("dead", "retry", dying[0])
-    until(lambda: _attempts(r, dying[0]) == 2 and r.zcard("dead") == 4, 15, d.log())
+    until(lambda: len(attempts(r, dying[0])) == 2 and r.zcard("dead") == 4, 15, d.log())
     ops("dead", "delete", dying[1], dying[2])
     assert "cannot be killed again" in ops("dead", "kill", dying[0], code=2)
     assert sorted(_jids_in(ops, ops("dead"))) == sorted([dying[0], failing[1]])

@@ -37,7 +37,7 @@ import redis
 import forkq
 from forkq.embedded import EmbeddedServer
 
-from .conftest import Daemon, records, until
+from .conftest import Daemon, attempts, records, until
 from .test_sidekiq_interop import _need_ruby, _run_ruby
 
 pytestmark = pytest.mark.ruby
@@ -159,11 +159,6 @@ def _queue(r: redis.Redis, queue: str) -> list[str]:
     return [json.loads(raw)["jid"] for raw in r.lrange(f"queue:{queue}", 0, -1)]
 
 
-def _attempts(r: redis.Redis, jid: str) -> list[dict[str, Any]]:
-    """Every run of SlowRetry job ``jid``, in order."""
-    return [row for row in records(r, "test:slowretry") if row["jid"] == jid]
-
-
 def _ran(r: redis.Redis, jid: str) -> list[dict[str, Any]]:
     """Every completed run of Record job ``jid``."""
     return [row for row in records(r, "test:ran") if row["jid"] == jid]
@@ -176,7 +171,7 @@ def _stat(r: redis.Redis, name: str) -> int:
 def _refiled(r: redis.Redis, key: str, jid: str, runs: int) -> Callable[[], bool]:
     """Condition: job ``jid`` has run ``runs`` times and is back in ``key`` after the last run."""
     def check() -> bool:
-        if len(_attempts(r, jid)) != runs or jid not in _zset(r, key):
+        if len(attempts(r, jid)) != runs or jid not in _zset(r, key):
             return False
         return any(json.loads(m).get("retried_at") for m, _ in _zset(r, key)[jid])
     return check
@@ -323,7 +318,7 @@ def test_api_acts_on_forkq_retries(server: EmbeddedServer, r: redis.Redis,
     # there now is forkq's new filing of the job's next failure, never the entry itself
     assert all(e["raw"] != out["before"]["raw"] for e in out["after"]), out["after"]
     until(_refiled(r, "retry", r0, 2), 15, f"forkq did not run and refile {r0}:\n{s.daemon.log()}")
-    assert [a["retry_count"] for a in _attempts(r, r0)] == [None, -1], "Sidekiq decrements it"
+    assert [a["retry_count"] for a in attempts(r, r0)] == [None, -1], "Sidekiq decrements it"
     member, score = _one(r, "retry", r0)
     job, before = json.loads(member), json.loads(first[r0][0])
     assert job["retry_count"] == 0 and job["failed_at"] == before["failed_at"]
@@ -334,7 +329,7 @@ def test_api_acts_on_forkq_retries(server: EmbeddedServer, r: redis.Redis,
     out = _api(server, "act", "retry", r4, "add_to_queue")
     assert out["result"] == r4
     until(_refiled(r, "retry", r4, 2), 15, f"forkq did not run and refile {r4}:\n{s.daemon.log()}")
-    assert [a["retry_count"] for a in _attempts(r, r4)] == [None, 0]
+    assert [a["retry_count"] for a in attempts(r, r4)] == [None, 0]
     assert json.loads(_one(r, "retry", r4)[0])["retry_count"] == 1
 
     # reschedule the entry forkq refiled after Sidekiq's client had re-encoded the job
@@ -370,7 +365,7 @@ def test_api_acts_on_forkq_retries(server: EmbeddedServer, r: redis.Redis,
     assert {jid: len(v) for jid, v in _zset(r, "retry").items()} == {
         r0: 1, r1: 1, r4: 1, tricky: 1}
     assert {jid: len(v) for jid, v in _zset(r, "dead").items()} == {r2: 1}
-    assert {jid: len(_attempts(r, jid)) for jid in [*s.retries, tricky]} == {
+    assert {jid: len(attempts(r, jid)) for jid in [*s.retries, tricky]} == {
         r0: 2, r1: 2, r2: 1, r3: 1, r4: 2, tricky: 1}
     assert _stat(r, "processed") == _stat(r, "failed") == 9
 
@@ -421,7 +416,7 @@ def test_api_acts_on_forkq_scheduled_dead_and_queues(server: EmbeddedServer, r: 
     until(_refiled(r, "dead", d0, 2), 15, f"forkq did not run and rebury {d0}:\n{s.daemon.log()}")
     job = json.loads(_one(r, "dead", d0)[0])
     assert job["retry_count"] == 0 and job["failed_at"] == json.loads(dead[d0][0])["failed_at"]
-    assert [a["retry_count"] for a in _attempts(r, d0)] == [None, -1]
+    assert [a["retry_count"] for a in attempts(r, d0)] == [None, -1]
     assert _api(server, "act", "dead", d2, "add_to_queue")["result"] == d2
     until(_refiled(r, "dead", d2, 2), 15, f"forkq did not run and rebury {d2}:\n{s.daemon.log()}")
     assert json.loads(_one(r, "dead", d2)[0])["retry_count"] == 1
@@ -444,7 +439,7 @@ def test_api_acts_on_forkq_scheduled_dead_and_queues(server: EmbeddedServer, r: 
         s3: 1, d0: 1, d2: 1, d3: 1, h1: 1}
     assert {jid: len(_ran(r, jid)) for jid in [*s.scheduled, *s.held, *s.default]} == {
         s0: 1, s1: 1, s2: 0, s3: 0, h0: 0, h1: 0, s.default[0]: 0}
-    assert {jid: len(_attempts(r, jid)) for jid in s.dead} == {d0: 2, d1: 1, d2: 2, d3: 1}
+    assert {jid: len(attempts(r, jid)) for jid in s.dead} == {d0: 2, d1: 1, d2: 2, d3: 1}
     assert r.llen(f"queue:{WORK}") == 0
 
     # clear a queue and each set
@@ -624,7 +619,7 @@ def test_web_ui_buttons_act_on_forkq(server: EmbeddedServer, r: redis.Redis,
     assert {jid: len(v) for jid, v in _zset(r, "retry").items()} == {r0: 1}
     assert {jid: len(v) for jid, v in _zset(r, "dead").items()} == {d0: 1, r1: 1}
     assert _zset(r, "schedule") == {}
-    assert {jid: len(_attempts(r, jid)) for jid in [*s.retries, *s.dead]} == {
+    assert {jid: len(attempts(r, jid)) for jid in [*s.retries, *s.dead]} == {
         r0: 2, r1: 1, r2: 1, d0: 2, d1: 1}
     assert {jid: len(_ran(r, jid)) for jid in [s0, s1, h0, h1]} == {s0: 1, s1: 0, h0: 0, h1: 0}
     assert _queue(r, "held") == [h1]
@@ -686,7 +681,7 @@ def test_api_shows_a_failure_whose_message_is_not_utf8(server: EmbeddedServer, r
     seen = _api(server, "read")
     retries = {e["jid"]: e for e in seen["retry"]["entries"]}
     dead = {e["jid"]: e for e in seen["dead"]["entries"]}
-    runs = len(_attempts(r, jid))
+    runs = len(attempts(r, jid))
     assert jid in retries, (
         f"RetrySet does not show the failure; DeadSet: {dead.get(jid, {}).get('error_class')}: "
         f"{dead.get(jid, {}).get('error_message')!r} after {runs} runs of a job allowed 3 "

@@ -324,6 +324,9 @@ def test_sidekiq_reschedule_moves_forkq_retry(server: EmbeddedServer,
     assert abs(score - target) < 0.01, f"score {score!r}, expected about {target!r}"
 
 
+@pytest.mark.process
+@pytest.mark.bench
+@pytest.mark.slow
 def test_bench_runs_side_by_side_with_sidekiq() -> None:
     _need_ruby()
     result = run_forkq("bench", "-n", "1000", "-c", "2", "--latency-samples", "20", "--sidekiq",

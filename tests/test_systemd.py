@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from forkq.config import Config
 from forkq.daemon.master.sdnotify import Notifier
 from forkq.errors import EXIT_CONFIG, EXIT_NOPERM
 
-from .conftest import ROOT
+from .conftest import ROOT, NotifyReceiver
 
 UNITS = ROOT / "systemd"
 
@@ -34,46 +33,11 @@ UNITS = ROOT / "systemd"
 # --- sd_notify ---------------------------------------------------------------------------------
 
 
-class Receiver:
-    """The systemd side of the notify socket: a bound datagram socket."""
-
-    def __init__(self, address: str) -> None:
-        self.notify_socket = address
-        bind_to = "\0" + address[1:] if address.startswith("@") else address
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(bind_to)
-        self.sock.settimeout(5)
-
-    def recv(self) -> bytes:
-        """The next datagram; fails the test if none arrives within 5 s."""
-        return self.sock.recv(4096)
-
-    def pending(self) -> list[bytes]:
-        """Every datagram already queued, without waiting."""
-        self.sock.setblocking(False)
-        received: list[bytes] = []
-        try:
-            while True:
-                received.append(self.sock.recv(4096))
-        except BlockingIOError:
-            return received
-        finally:
-            self.sock.settimeout(5)
-
-
-@pytest.fixture
-def receiver(tmp_path: Path) -> Iterator[Receiver]:
-    """A notify socket bound at a path under ``tmp_path``."""
-    rcv = Receiver(str(tmp_path / "notify.sock"))
-    yield rcv
-    rcv.sock.close()
-
-
-def notifier_for(rcv: Receiver, **environ: str) -> Notifier:
+def notifier_for(rcv: NotifyReceiver, **environ: str) -> Notifier:
     return Notifier.from_environ({"NOTIFY_SOCKET": rcv.notify_socket, **environ})
 
 
-def test_messages_arrive_byte_exact(receiver: Receiver) -> None:
+def test_messages_arrive_byte_exact(receiver: NotifyReceiver) -> None:
     notifier = notifier_for(receiver)
     assert notifier.enabled
     assert notifier.ready("3 of 5 busy")
@@ -87,7 +51,7 @@ def test_messages_arrive_byte_exact(receiver: Receiver) -> None:
     notifier.close()
 
 
-def test_reloading_carries_the_monotonic_clock_in_microseconds(receiver: Receiver) -> None:
+def test_reloading_carries_the_monotonic_clock_in_microseconds(receiver: NotifyReceiver) -> None:
     notifier = notifier_for(receiver)
     before = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
     assert notifier.reloading()
@@ -99,17 +63,17 @@ def test_reloading_carries_the_monotonic_clock_in_microseconds(receiver: Receive
 
 
 def test_abstract_socket_address() -> None:
-    rcv = Receiver(f"@forkq-test-{os.getpid()}-{uuid.uuid4().hex}")
+    rcv = NotifyReceiver(f"@forkq-test-{os.getpid()}-{uuid.uuid4().hex}")
     try:
         notifier = notifier_for(rcv)
         assert notifier.ready("up")
         assert rcv.recv() == b"READY=1\nSTATUS=up"
         notifier.close()
     finally:
-        rcv.sock.close()
+        rcv.close()
 
 
-def test_a_newline_in_a_value_cannot_forge_a_field(receiver: Receiver) -> None:
+def test_a_newline_in_a_value_cannot_forge_a_field(receiver: NotifyReceiver) -> None:
     notifier = notifier_for(receiver)
     assert notifier.status("line one\nREADY=1")
     assert receiver.recv() == b"STATUS=line one READY=1"
@@ -118,7 +82,7 @@ def test_a_newline_in_a_value_cannot_forge_a_field(receiver: Receiver) -> None:
     notifier.close()
 
 
-def test_close_then_send_reopens(receiver: Receiver) -> None:
+def test_close_then_send_reopens(receiver: NotifyReceiver) -> None:
     notifier = notifier_for(receiver)
     assert notifier.status("a")
     notifier.close()
@@ -128,7 +92,7 @@ def test_close_then_send_reopens(receiver: Receiver) -> None:
     notifier.close()
 
 
-def test_from_environ_defaults_to_os_environ(receiver: Receiver,
+def test_from_environ_defaults_to_os_environ(receiver: NotifyReceiver,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NOTIFY_SOCKET", receiver.notify_socket)
     monkeypatch.setenv("WATCHDOG_USEC", "3000000")
@@ -158,7 +122,7 @@ def test_watchdog_interval_from_the_environment(environ: dict[str, str],
     assert notifier.watchdog_interval == interval
 
 
-def test_watchdog_is_rate_limited(receiver: Receiver) -> None:
+def test_watchdog_is_rate_limited(receiver: NotifyReceiver) -> None:
     notifier = notifier_for(receiver, WATCHDOG_USEC="2000000")
     assert notifier.watchdog(100.0)
     assert not notifier.watchdog(100.0)
@@ -171,7 +135,7 @@ def test_watchdog_is_rate_limited(receiver: Receiver) -> None:
     notifier.close()
 
 
-def test_watchdog_for_another_pid_sends_nothing(receiver: Receiver) -> None:
+def test_watchdog_for_another_pid_sends_nothing(receiver: NotifyReceiver) -> None:
     notifier = notifier_for(receiver, WATCHDOG_USEC="2000000", WATCHDOG_PID=str(os.getpid() + 1))
     assert notifier.enabled and notifier.watchdog_interval is None
     assert not notifier.watchdog(100.0)
@@ -183,12 +147,12 @@ def test_a_failed_ping_is_retried_on_the_next_call(tmp_path: Path) -> None:
     path = tmp_path / "late.sock"
     notifier = Notifier.from_environ({"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "2000000"})
     assert not notifier.watchdog(100.0)
-    rcv = Receiver(str(path))
+    rcv = NotifyReceiver(str(path))
     try:
         assert notifier.watchdog(100.0)
         assert rcv.recv() == b"WATCHDOG=1"
     finally:
-        rcv.sock.close()
+        rcv.close()
         notifier.close()
 
 
@@ -324,6 +288,7 @@ def real_executable() -> str:
     return shutil.which("forkq") or sys.executable
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("name", "as_name"), [
     ("forkq.service", "forkq.service"),
     ("forkq@.service", "forkq@test.service"),

@@ -101,6 +101,7 @@ def test_nothing_sent_is_certainly_not_enqueued(tmp_path: Path) -> None:
     assert len(failed.value.not_enqueued) == 1 and failed.value.unknown == []
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("setting", ["--logfile", "--pidfile"])
 def test_a_log_or_pid_file_in_a_missing_directory_exits_78_naming_it(
         tmp_path: Path, setting: str) -> None:

@@ -32,8 +32,8 @@ from forkq.daemon.children.lease import Lease
 from forkq.embedded import EmbeddedServer
 from forkq.ops.sorted_sets import RetrySet
 
-from .conftest import Daemon, records, until
-from .test_supervision import push, started
+from .conftest import push, records, until
+from .test_supervision import started
 from .test_trust_payloads import CONFIG as PAYLOAD_CONFIG
 
 TOKEN = "tester:1:aaaaaaaaaaaa:1:00000000"
@@ -322,14 +322,7 @@ def test_a_stopped_child_is_culled_while_the_process_record_is_refused(r: redis.
     assert "no heartbeat for" in d.log() and "Redis unavailable" not in d.log()
     jids = [push(r, "Record", n) for n in range(3)]
     until(lambda: {row["jid"] for row in records(r)} >= set(jids), 15, d.log())
-    assert r.hgetall(f"{_identity(d)}")  # the rest of the process record is still written
-
-
-def _identity(d: Daemon) -> str:
-    for line in d.log().splitlines():
-        if "identity " in line:
-            return line.split("identity ", 1)[1].split(",", 1)[0]
-    raise AssertionError(d.log())
+    assert r.hgetall(f"{d.logged_identity()}")  # the rest of the process record is still written
 
 
 def test_a_crashed_childs_job_is_settled_past_a_wrong_typed_death_count(
@@ -396,7 +389,7 @@ def test_a_daemon_started_at_maxmemory_works_and_says_why_writes_wait(
         full.sadd("probe", "x")  # still full: all of it ran at maxmemory
     assert "maxmemory with the noeviction policy" in d.log()
     assert "Redis unavailable" not in d.log()
-    identity = _identity(d)
+    identity = d.logged_identity()
     beats = f"forkq:beats:{identity}"
     seqs = _seqs(full, beats)
     until(lambda: all(_seqs(full, beats).get(pid, 0) > seq for pid, seq in seqs.items()), 10,

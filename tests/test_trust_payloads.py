@@ -15,8 +15,7 @@ from typing import Any
 
 import redis
 
-from .conftest import Daemon, records, until
-from .test_supervision import push
+from .conftest import Daemon, push, records, until
 
 CONFIG = """
 concurrency: 2

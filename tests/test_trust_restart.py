@@ -18,12 +18,12 @@ import time
 from typing import Any
 
 import psutil
+import pytest
 import redis
 
 from forkq.daemon import process_proof
 
-from .conftest import Daemon, records, until
-from .test_supervision import push
+from .conftest import Daemon, push, records, until
 
 VICTIM = """
 concurrency: 8
@@ -108,6 +108,7 @@ def _group(d: Daemon) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.process
 def test_only_a_process_that_is_provably_gone_counts_as_gone() -> None:
     """The proof: same kernel run and pid namespace, and the pid free, a zombie, or another
     process (another start time). Anything unknown proves nothing."""

@@ -1,13 +1,14 @@
 """HUP: what a new configuration changes, and what can change without a restart.
 
 Pure functions over two :class:`~forkq.config.Config` values; the supervisor
-acts on the result. A reload takes every setting from the new file except
-:data:`RESTART_ONLY` ones, which keep their running value (with a warning),
+acts on the result. Each setting declares what a reload does with it
+(:attr:`forkq.config.Setting.reload`): a reload takes every setting from the new
+file except ``restart`` ones, which keep their running value (with a warning),
 because changing them means a new Redis connection, new code, or a new log or
-pid file. Settings the master alone uses (:data:`MASTER_ONLY`) apply at once;
-a change to a scheduler setting (:data:`SCHEDULER_ONLY`) replaces the scheduler
-child only; a change to any other setting retires every child after its current
-job, and its replacement starts with the new configuration.
+pid file. ``master`` settings apply at once; a change to a ``scheduler`` setting
+replaces the scheduler child only; a change to a ``children`` setting retires
+every child after its current job, and its replacement starts with the new
+configuration.
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import Any
 
-from forkq.config import Config
+from forkq.config import SETTINGS, Config, Reload
 
-RESTART_ONLY = frozenset({"redis_url", "require", "embedded_dir", "log_file", "pid_file",
-                          "config_file", "environment"})
-MASTER_ONLY = frozenset({"concurrency", "timeout", "job_timeout", "liveness_timeout", "labels"})
-SCHEDULER_ONLY = frozenset({"scheduler", "leader_lease_ttl", "leader_renew_interval",
-                            "orphan_sweep_interval", "periodic", "periodic_grace"})
+
+def _declared(kind: Reload) -> frozenset[str]:
+    return frozenset(setting.name for setting in SETTINGS if setting.reload == kind)
+
+
+RESTART_ONLY = _declared("restart")
+MASTER_ONLY = _declared("master")
+SCHEDULER_ONLY = _declared("scheduler")
 
 
 def changes(old: Config, new: Config) -> dict[str, tuple[Any, Any]]:
