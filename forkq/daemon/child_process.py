@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Protocol
 
+import psutil
 import redis
 from setproctitle import setproctitle
 
@@ -59,11 +60,18 @@ class Processes(Protocol):
     def fork(self, body: Callable[[], int]) -> int:
         """Fork; in the child run ``body`` and exit with its code. The child's pid (OSError)."""
 
+    def fork_reporting(self, body: Callable[[int], int]) -> tuple[int, int]:
+        """Fork with a boot-report pipe: the child runs ``body(write_fd)`` (see :func:`report`);
+        the master gets the child's pid and the pipe's non-blocking read end (OSError)."""
+
     def wait(self, pid: int, *, block: bool = False) -> int | None:
         """The wait status of child ``pid`` once it exited (0 if it is not ours), else None."""
 
     def kill(self, pid: int, signum: int) -> None:
         """Send ``signum`` to ``pid``; a process already gone is no error."""
+
+    def rss_mb(self, pid: int) -> float:
+        """The resident memory of ``pid`` in MB; 0 when it is gone."""
 
 
 class OsProcesses:
@@ -83,6 +91,23 @@ class OsProcesses:
             _run_child(body)
         return pid
 
+    def fork_reporting(self, body: Callable[[int], int]) -> tuple[int, int]:
+        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+
+        def child() -> int:
+            os.close(read_fd)
+            return body(write_fd)
+
+        try:
+            pid = self.fork(child)
+        except OSError:
+            os.close(read_fd)
+            os.close(write_fd)
+            raise
+        os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        return pid, read_fd
+
     def wait(self, pid: int, *, block: bool = False) -> int | None:
         try:
             done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
@@ -93,6 +118,12 @@ class OsProcesses:
     def kill(self, pid: int, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
+
+    def rss_mb(self, pid: int) -> float:
+        try:
+            return float(psutil.Process(pid).memory_info().rss) / 2**20
+        except psutil.Error:
+            return 0.0
 
 
 def _run_child(body: Callable[[], int]) -> None:

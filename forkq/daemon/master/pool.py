@@ -26,17 +26,11 @@ times in a row sets :attr:`Pool.halt_reason`; the supervisor then stops.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import random
 import signal
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
-import psutil
 import redis
 
 from forkq import keys
@@ -51,7 +45,9 @@ from forkq.daemon.child_process import (
     respawn_delay,
 )
 from forkq.daemon.children.processor import Processor
-from forkq.daemon.master.dead_child import Cause, Gone, settle
+from forkq.daemon.master.dead_child import Cause, Gone
+from forkq.daemon.master.effects import Clock, Store, SystemClock
+from forkq.daemon.master.health import Child, verdict
 from forkq.daemon.master.heartbeats import LastBeat, busy_entry
 from forkq.daemon.refusal import Recurring
 from forkq.daemon.refusal import describe as describe_error
@@ -61,25 +57,7 @@ from forkq.registry import Registry
 log = logging.getLogger(__name__)
 
 BOOT_ATTEMPTS = 5
-HARD_MEMORY_FACTOR = 1.5
 HEALTH_SLACK = 2.0  # seconds a stale child may wait for the next watch to cull it
-
-
-@dataclass
-class Child:
-    """A forked processor, as the master knows it."""
-
-    pid: int
-    slot: int
-    started: float  # monotonic
-    report_fd: int | None
-    seen: float  # monotonic time its heartbeat last changed (or its start)
-    seq: int = -1
-    job: dict[str, Any] | None = None
-    booted: bool = False
-    retiring: bool = False
-    boot_error: str = ""
-    killed: Gone | None = None  # set when the master SIGKILLs it, with the reason
 
 
 class Pool:
@@ -89,15 +67,16 @@ class Pool:
         self,
         config: Config,
         *,
-        client: redis.Redis,
+        store: Store,
         identity: str,
         registry: Registry,
         middleware: ServerChain,
         in_child: Callable[[], None],
         processes: Processes | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.config = config
-        self._redis = client
+        self._store = store
         self.identity = identity
         self.registry = registry
         self.middleware = middleware
@@ -105,10 +84,10 @@ class Pool:
         self.halt_reason: str | None = None
         self._in_child = in_child
         self._processes = processes or OsProcesses()
+        self._clock = clock or SystemClock()
         self._pending: dict[int, Gone] = {}  # slot -> a gone child's job still to settle
         self._backoff: dict[int, tuple[int, float]] = {}  # slot -> (quick deaths, not before)
         self._boot_failures: dict[int, int] = {}
-        self._rng = random.Random()
         self._unsettled = Recurring(log)
 
     # -- queries -----------------------------------------------------------------------------
@@ -142,11 +121,7 @@ class Pool:
 
     def rss_kb(self) -> int:
         """RSS of the children in KB (for the process record)."""
-        total = 0
-        for pid in self.children:
-            with contextlib.suppress(psutil.Error):
-                total += psutil.Process(pid).memory_info().rss
-        return total // 1024
+        return int(sum(self._processes.rss_mb(pid) for pid in self.children) * 1024)
 
     # -- forking -----------------------------------------------------------------------------
 
@@ -162,31 +137,22 @@ class Pool:
     def spawn(self, slot: int) -> None:
         """Fork one processor child for ``slot``."""
         try:
-            read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+            pid, read_fd = self._processes.fork_reporting(
+                lambda write_fd: self._become_child(slot, write_fd))
         except OSError as exc:
             self._cannot_fork(slot, exc)
             return
-        try:
-            pid = self._processes.fork(lambda: self._become_child(slot, read_fd, write_fd))
-        except OSError as exc:
-            os.close(read_fd)
-            os.close(write_fd)
-            self._cannot_fork(slot, exc)
-            return
-        os.close(write_fd)
-        os.set_blocking(read_fd, False)
-        now = time.monotonic()
+        now = self._clock.monotonic()
         self.children[pid] = Child(pid, slot, now, read_fd, seen=now)
         log.debug("processor-%d started, pid %d", slot, pid)
 
     def _cannot_fork(self, slot: int, exc: OSError) -> None:
         log.error("cannot fork processor-%d: %s; retrying in %.0fs", slot, exc, MAX_BACKOFF)
-        self._backoff[slot] = (0, time.monotonic() + MAX_BACKOFF)
+        self._backoff[slot] = (0, self._clock.monotonic() + MAX_BACKOFF)
 
-    def _become_child(self, slot: int, read_fd: int, report_fd: int) -> int:
+    def _become_child(self, slot: int, report_fd: int) -> int:
         """In the forked child: drop the master's state and run a Processor; its exit code.
         The signals stay blocked until its handlers are installed."""
-        os.close(read_fd)
         self._in_child()
         self.close_reports()
         processor = Processor(self.config, identity=self.identity, slot=slot,
@@ -263,28 +229,10 @@ class Pool:
                 self._check(child, now)
 
     def _check(self, child: Child, now: float) -> None:
-        silent = now - child.seen
-        if silent > self.config.liveness_timeout:
-            self.kill(child, "crash", f"no heartbeat for {silent:.0f}s "
-                      f"(liveness_timeout {self.config.liveness_timeout:g}s)")
-            return
-        job = child.job
-        limit = (job or {}).get("timeout") or self.config.job_timeout
-        if job and limit and time.time() - float(job["started"]) > limit:
-            self.kill(child, "timeout", f"{job['class']} jid={job['jid']} ran past its "
-                      f"timeout of {limit:g}s", jid=str(job["jid"]), timeout=float(limit))
-            return
-        ceiling = self.config.max_memory_mb * HARD_MEMORY_FACTOR
-        if ceiling and self._rss_mb(child.pid) > ceiling:
-            self.kill(child, "crash", f"RSS above {ceiling:.0f} MB "
-                      f"({HARD_MEMORY_FACTOR:g} x max_memory_mb)")
-
-    @staticmethod
-    def _rss_mb(pid: int) -> float:
-        try:
-            return float(psutil.Process(pid).memory_info().rss) / 2**20
-        except psutil.Error:
-            return 0.0
+        kill = verdict(child, now, self.config, wall=self._clock.time(),
+                       rss_mb=self._processes.rss_mb(child.pid))
+        if kill is not None:
+            self.kill(child, kill.cause, kill.reason, jid=kill.jid, timeout=kill.timeout)
 
     # -- reaping and settling ----------------------------------------------------------------
 
@@ -324,7 +272,7 @@ class Pool:
         self._pending[child.slot] = gone
         self._settle(child.slot)
         if respawn:
-            self._schedule_respawn(child, code, time.monotonic())
+            self._schedule_respawn(child, code, self._clock.monotonic())
 
     def _boot_failed(self, child: Child, how: str) -> None:
         failures = self._boot_failures.get(child.slot, 0) + 1
@@ -351,8 +299,8 @@ class Pool:
         if gone is None:
             return True
         try:
-            settled = settle(self._redis, gone, registry=self.registry,
-                             max_retries=self.config.max_retries, rng=self._rng, now=time.time())
+            settled = self._store.settle(gone, max_retries=self.config.max_retries,
+                                         now=self._clock.time())
         except redis.RedisError as exc:
             self._unsettled.report(gone.inflight_key, "cannot settle the job of %s yet: %s; "
                                    "processor-%d waits", gone.inflight_key, describe_error(exc),

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +32,7 @@ from forkq.daemon.child_process import (
     respawn_delay,
 )
 from forkq.daemon.children.scheduler import Scheduler
+from forkq.daemon.master.effects import Clock, SystemClock
 from forkq.daemon.master.heartbeats import LastBeat
 from forkq.registry import Registry
 
@@ -53,7 +53,8 @@ class SchedulerSlot:
     """The scheduler child of one master. Build in the master; every method is non-blocking."""
 
     def __init__(self, config: Config, *, identity: str, registry: Registry,
-                 in_child: Callable[[], None], processes: Processes | None = None) -> None:
+                 in_child: Callable[[], None], processes: Processes | None = None,
+                 clock: Clock | None = None) -> None:
         self.config = config
         self.identity = identity
         self.registry = registry
@@ -62,6 +63,7 @@ class SchedulerSlot:
         self._quick_deaths = 0
         self._not_before = 0.0
         self._processes = processes or OsProcesses()
+        self._clock = clock or SystemClock()
 
     @property
     def pid(self) -> int | None:
@@ -138,7 +140,7 @@ class SchedulerSlot:
         if status is None:
             return None
         self._child = None
-        now = time.monotonic()
+        now = self._clock.monotonic()
         code = os.waitstatus_to_exitcode(status)
         abnormal = code != 0 or child.killed
         if abnormal:

@@ -33,20 +33,18 @@ import os
 import secrets
 import signal
 import sys
-import time
 from collections.abc import Callable
 from typing import Final, TypeVar
 
 import psutil
 import redis
-from setproctitle import setproctitle
 
 from forkq import __version__, cron, keys
 from forkq.config import Config
 from forkq.connection import EMBEDDED, connect
 from forkq.daemon import logs
-from forkq.daemon.children import lease
-from forkq.daemon.master import heartbeats, pidfile, reload, restart_recovery
+from forkq.daemon.master import heartbeats, pidfile, reload
+from forkq.daemon.master.effects import Effects, RedisStore, Store
 from forkq.daemon.master.pool import Pool
 from forkq.daemon.master.scheduler_slot import SchedulerSlot
 from forkq.daemon.master.sdnotify import Notifier
@@ -90,8 +88,11 @@ class Supervisor:
         registry: Registry,
         middleware: ServerChain,
         reload: Callable[[], Config] | None = None,
+        effects: Effects | None = None,
     ) -> None:
         self.config = config
+        self._effects = effects or Effects()
+        self._clock = self._effects.clock
         self.registry = registry
         self.middleware = middleware
         self.identity = new_identity()
@@ -100,7 +101,7 @@ class Supervisor:
         self.done = False
         self._reload = reload
         self._embedded: EmbeddedServer | None = None
-        self._started_at = time.time()
+        self._started_at = self._clock.time()
         self._next_watch = 0.0
         self._next_beat = 0.0
         self._outage = Outage(log, "; not culling processors while their beats cannot be read")
@@ -126,35 +127,54 @@ class Supervisor:
 
     def run(self) -> int:
         """Run until stopped; the exit code."""
-        self._pipe = SelfPipe(self.actions)
-        self._notify = Notifier.from_environ()
         if self.config.pid_file:
             pidfile.write(self.config.pid_file, os.getpid())
         try:
-            self._start_embedded()
-            self.redis = connect(self.config.redis_url, embedded_dir=self.config.embedded_dir,
-                                 socket_timeout=5)
-            self.pool = Pool(self.config, client=self.redis, identity=self.identity,
-                             registry=self.registry, middleware=self.middleware,
-                             in_child=self._in_child)
-            self.scheduler = SchedulerSlot(self.config, identity=self.identity,
-                                           registry=self.registry, in_child=self._in_child)
-            self._info = self._process_info()
-            self._check_credentials()
-            self._reclaim()
-            log.info("forkq %s starting: identity %s, %d processors, queues %s%s",
-                     __version__, self.identity, self.config.concurrency,
-                     _queues(self.config), " (strict)" if self.config.strict else "")
+            self.start()
             while not self.done:
-                self.loop_once(time.monotonic())
-            self._guarded(lambda: heartbeats.clear(self.redis, self.identity), "clearing the "
-                          "process record")
+                self.loop_once(self._clock.monotonic())
+            self._guarded(self.store.clear, "clearing the process record")
         finally:
-            self._stop_embedded()
-            self._pipe.close()
-            self._notify.close()
+            self.close()
             if self.config.pid_file:
                 pidfile.remove(self.config.pid_file, os.getpid())
+        return self.exit_code()
+
+    def start(self) -> None:
+        """Everything before the first turn of the loop: signals, the embedded server, Redis,
+        the pool and the scheduler slot, restart recovery. Uses the given effects."""
+        self._pipe = self._effects.wakeup or SelfPipe(self.actions)
+        self._notify = Notifier.from_environ()
+        self._start_embedded()
+        self.store = self._effects.store or self._connect()
+        processes = self._effects.processes
+        self.pool = Pool(self.config, store=self.store, identity=self.identity,
+                         registry=self.registry, middleware=self.middleware,
+                         in_child=self._in_child, processes=processes, clock=self._clock)
+        self.scheduler = SchedulerSlot(self.config, identity=self.identity,
+                                       registry=self.registry, in_child=self._in_child,
+                                       processes=processes, clock=self._clock)
+        self._info = self._process_info()
+        self._check_credentials()
+        self._reclaim()
+        log.info("forkq %s starting: identity %s, %d processors, queues %s%s",
+                 __version__, self.identity, self.config.concurrency,
+                 _queues(self.config), " (strict)" if self.config.strict else "")
+
+    def _connect(self) -> Store:
+        client = connect(self.config.redis_url, embedded_dir=self.config.embedded_dir,
+                         socket_timeout=5)
+        return RedisStore(client, self.identity, self.registry)
+
+    def close(self) -> None:
+        """After the last turn: stop the embedded server, restore the signal handlers."""
+        self._stop_embedded()
+        if hasattr(self, "_pipe"):
+            self._pipe.close()
+            self._notify.close()
+
+    def exit_code(self) -> int:
+        """0 after a stop; 79 when children kept failing to boot."""
         if self.pool.halt_reason:
             log.error("giving up: %s", self.pool.halt_reason)
             return EXIT_CHILD_BOOT
@@ -165,7 +185,7 @@ class Supervisor:
         """Fail at once (exit 77, no restart under systemd) when Redis refuses the password or
         ACL user; a Redis that does not answer yet is waited for, as any outage."""
         try:
-            self.redis.ping()
+            self.store.ping()
         except (redis.AuthenticationError, redis.exceptions.NoPermissionError):
             raise
         except redis.RedisError as exc:
@@ -174,7 +194,7 @@ class Supervisor:
     def _reclaim(self) -> None:
         """Before forking: take back the jobs of this host's gone incarnations at once."""
         try:
-            restart_recovery.reclaim(self.redis, self.identity, now=time.time())
+            self.store.reclaim(now=self._clock.time())
         except redis.RedisError as exc:
             log.warning("restart recovery skipped (%s): the leader's orphan sweep takes those "
                         "jobs back once their records expire", exc)
@@ -202,9 +222,9 @@ class Supervisor:
         if scheduler is not None:
             gone.append(scheduler)
         if gone:
-            self._guarded(lambda: heartbeats.forget_children(self.redis, self.identity, gone),
+            self._guarded(lambda: self.store.forget_children(gone),
                           "forgetting gone children's beats")
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if now >= self._next_watch:
             self._next_watch = now + WATCH_INTERVAL
             self._watch(now)
@@ -245,13 +265,13 @@ class Supervisor:
             log.info("Shutting down: waiting up to %.1fs for %d processors to finish",
                      self.config.timeout, len(self.pool.children))
             self._notify.stopping()
-            self.stop_deadline = time.monotonic() + self.config.timeout
+            self.stop_deadline = self._clock.monotonic() + self.config.timeout
             self.pool.retire()
             self.scheduler.retire()
             self._next_beat = 0.0
         else:
             log.warning("Second stop signal: stopping now")
-            self.stop_deadline = time.monotonic()
+            self.stop_deadline = self._clock.monotonic()
 
     def on_quiet(self) -> None:
         """TSTP / USR1: no new jobs; running ones finish; keep beating with quiet true."""
@@ -334,7 +354,7 @@ class Supervisor:
         fails the children cannot be judged (nor, most likely, write their beats), and once
         it succeeds again every child gets a full ``liveness_timeout``."""
         key = keys.beats(self.identity)
-        beats = self._guarded(lambda: heartbeats.read_children(self.redis, self.identity),
+        beats = self._guarded(self.store.read_beats,
                               f"reading the children's beats ({key}); not culling processors "
                               "until it succeeds")
         if beats is None:
@@ -357,13 +377,13 @@ class Supervisor:
             log.warning("the master was stalled for %.0fs (the daemon was stopped or frozen, or "
                         "Redis calls timed out): giving the processors a fresh liveness window",
                         stalled)
-            self._fresh_window(time.monotonic())
+            self._fresh_window(self._clock.monotonic())
 
     def _beat(self) -> None:
         self._guarded(self._check_leader, "reading the leader")
         rss = self.pool.rss_kb() + _own_rss_kb()
-        wrote = self._guarded(lambda: heartbeats.beat(
-            self.redis, self.identity, info=self._info, busy=self.pool.busy(),
+        wrote = self._guarded(lambda: self.store.write_record(
+            info=self._info, busy=self.pool.busy(),
             quiet=self.quiet or self.stop_deadline is not None, rss_kb=rss,
             concurrency=self.config.concurrency), "writing the process record")
         if wrote is None:
@@ -377,7 +397,7 @@ class Supervisor:
 
     def _check_leader(self) -> None:
         """Show in the process info (and log) whether this daemon's scheduler leads."""
-        leader = lease.leads(lease.holder(self.redis), self.identity)
+        leader = self.store.leads()
         if leader != self._leader:
             self._leader = leader
             self._info = self._process_info()
@@ -440,7 +460,7 @@ class Supervisor:
     def _report(self, now: float) -> None:
         """Process title, and systemd's READY, STATUS and WATCHDOG."""
         tag = f" {self.config.tag}" if self.config.tag else ""
-        setproctitle(f"forkq {__version__}{tag} [{self.pool.busy_count()} of "
+        self._effects.title(f"forkq {__version__}{tag} [{self.pool.busy_count()} of "
                      f"{self.config.concurrency} busy]{self._state()}")
         status = self._status_text()
         if not self._ready_sent and self.pool.all_booted():

@@ -1,0 +1,138 @@
+"""The master's effects on the world, as collaborators it is given.
+
+The supervisor, the pool and the scheduler slot decide; what they do to the world goes
+through these: :class:`~forkq.daemon.child_process.Processes` (fork, wait, kill, RSS),
+:class:`Clock`, :class:`Wakeup` (the self-pipe wait) and :class:`Store` (every Redis step
+of the master). :class:`RedisStore` and the system clock are the real ones; the unit tier
+(``tests/test_master.py``) drives the master with stand-ins, without forking or a server.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import redis
+from setproctitle import setproctitle
+
+from forkq.daemon.child_process import OsProcesses, Processes
+from forkq.daemon.children import lease
+from forkq.daemon.master import dead_child, heartbeats, restart_recovery
+from forkq.daemon.master.dead_child import Gone, Settled
+from forkq.daemon.master.heartbeats import Beat, LastBeat
+from forkq.registry import Registry
+
+
+class Clock(Protocol):
+    """Time as the master reads it."""
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (deadlines, liveness)."""
+
+    def time(self) -> float:
+        """Epoch seconds (what jobs and Redis records carry)."""
+
+
+class SystemClock:
+    """The real :class:`Clock`."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+
+class Wakeup(Protocol):
+    """The master's one blocking call: wait for a signal or a readable boot pipe."""
+
+    def wait(self, timeout: float, *, also: Iterable[int] = ()
+             ) -> tuple[list[signal.Signals], list[int]]:
+        """The signals received and the ``also`` descriptors readable, within ``timeout``."""
+
+    def close(self) -> None:
+        """Restore the signal handlers and close the pipe."""
+
+
+class Store(Protocol):
+    """Every Redis step of the master, for one daemon ``identity``. Each may raise a Redis
+    error; the master guards them."""
+
+    def ping(self) -> None:
+        """Check the connection and credentials."""
+
+    def settle(self, gone: Gone, *, max_retries: int, now: float) -> Settled | None:
+        """Settle the job a gone child held (:func:`~forkq.daemon.master.dead_child.settle`)."""
+
+    def read_beats(self) -> dict[int, LastBeat]:
+        """The children's last heartbeats by pid."""
+
+    def forget_children(self, pids: list[int]) -> None:
+        """Drop the beats of children that are gone."""
+
+    def write_record(self, *, info: str, busy: dict[str, str], quiet: bool, rss_kb: int,
+                     concurrency: int) -> Beat:
+        """Write the process record; pop one remote signal."""
+
+    def leads(self) -> bool:
+        """Whether this daemon's scheduler holds the cluster's lease."""
+
+    def reclaim(self, *, now: float) -> None:
+        """Take back the jobs of this host's gone incarnations (restart recovery)."""
+
+    def clear(self) -> None:
+        """Clean exit: leave ``processes``."""
+
+
+@dataclass
+class RedisStore:
+    """The real :class:`Store`, over the master's Redis client."""
+
+    client: redis.Redis
+    identity: str
+    registry: Registry
+    rng: random.Random = field(default_factory=random.Random)
+
+    def ping(self) -> None:
+        self.client.ping()
+
+    def settle(self, gone: Gone, *, max_retries: int, now: float) -> Settled | None:
+        return dead_child.settle(self.client, gone, registry=self.registry,
+                                 max_retries=max_retries, rng=self.rng, now=now)
+
+    def read_beats(self) -> dict[int, LastBeat]:
+        return heartbeats.read_children(self.client, self.identity)
+
+    def forget_children(self, pids: list[int]) -> None:
+        heartbeats.forget_children(self.client, self.identity, pids)
+
+    def write_record(self, *, info: str, busy: dict[str, str], quiet: bool, rss_kb: int,
+                     concurrency: int) -> Beat:
+        return heartbeats.beat(self.client, self.identity, info=info, busy=busy, quiet=quiet,
+                               rss_kb=rss_kb, concurrency=concurrency)
+
+    def leads(self) -> bool:
+        return lease.leads(lease.holder(self.client), self.identity)
+
+    def reclaim(self, *, now: float) -> None:
+        restart_recovery.reclaim(self.client, self.identity, now=now)
+
+    def clear(self) -> None:
+        heartbeats.clear(self.client, self.identity)
+
+
+@dataclass
+class Effects:
+    """What the master is given to act with; the defaults are the real ones. The store and
+    the wakeup are made when the master starts (they need the connection and the signals)
+    unless given."""
+
+    processes: Processes = field(default_factory=OsProcesses)
+    clock: Clock = field(default_factory=SystemClock)
+    title: Callable[[str], None] = setproctitle
+    store: Store | None = None
+    wakeup: Wakeup | None = None
