@@ -1,6 +1,6 @@
 """Pushing jobs: the :class:`Client` with ``push`` / ``push_bulk``, client middleware.
 
-Wire protocol (Sidekiq's, sidekiq-wire.md §2), one round trip per call:
+Wire protocol (Sidekiq's, docs/sidekiq-wire.md §2), one round trip per call:
 
 - immediate: pipeline ``SADD queues <q>`` + ``LPUSH queue:<q> <json>...``; the
   payload carries ``enqueued_at``;

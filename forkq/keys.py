@@ -1,6 +1,6 @@
 """The whole Redis key layout, Sidekiq's and forkq's own, in one table.
 
-Sidekiq's keys (wire-compatible with Sidekiq 6.4-8.x; see sidekiq-wire.md).
+Sidekiq's keys (wire-compatible with Sidekiq 6.4-8.x; see docs/sidekiq-wire.md).
 Each entry: key — type, TTL — owner and content.
 
 - ``queues`` — set, no TTL — clients ``SADD`` every queue they push to.

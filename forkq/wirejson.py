@@ -3,7 +3,7 @@
 Sidekiq's API finds sorted-set members by re-generating their JSON
 (``SortedEntry#reschedule`` does ``ZINCRBY`` with ``JSON.generate(item)``), so a
 member whose bytes differ from Ruby's output gets duplicated instead of moved
-(sidekiq-wire.md §1a). Sidekiq Pro's Lua also rewrites ``enqueued_at`` with a
+(docs/sidekiq-wire.md §1a). Sidekiq Pro's Lua also rewrites ``enqueued_at`` with a
 ``%d+.%d+`` pattern, so timestamps must never be written in exponent form.
 
 Rules: compact separators, raw UTF-8, short escapes for ``" \\ \\b \\f \\n \\r \\t``,

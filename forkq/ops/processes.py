@@ -1,7 +1,7 @@
 """The operator's view of the daemons: :class:`ProcessSet`, :class:`Process` (list, quiet,
 stop, dump stacks) and :func:`work` (what every processor is running).
 
-Reads the records of forkq and of every Sidekiq version alike (sidekiq-wire.md §7,
+Reads the records of forkq and of every Sidekiq version alike (docs/sidekiq-wire.md §7,
 §10): ``processes`` → the ``<identity>`` hash (``info`` JSON, ``busy``, ``beat``,
 ``quiet``, ``rss``, ``concurrency``: the hash field, written since Sidekiq 8.1.2,
 wins over ``info.concurrency``); queue names from ``info.queues``, else from

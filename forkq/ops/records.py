@@ -5,7 +5,7 @@ A record keeps the **raw bytes** it was read as: every action finds the job by
 those bytes (``LREM``, ``ZREM``, ``ZADD XX``), never by re-encoding it, so an
 action cannot duplicate a job whose JSON another client wrote differently.
 
-Readers accept what every Sidekiq version writes (sidekiq-wire.md §1, §10):
+Readers accept what every Sidekiq version writes (docs/sidekiq-wire.md §1, §10):
 timestamps as float seconds (6.x, 7.x, forkq) or integer milliseconds (8.x);
 ``error_backtrace`` as MIME or strict base64 of zlib'd JSON. A member that is not
 a JSON object is kept with ``item`` empty, so it can still be listed and deleted.

@@ -1,4 +1,4 @@
--- record.lua: the master's process record, busy hashes and remote signal (sidekiq-wire.md §5).
+-- record.lua: the master's process record, busy hashes and remote signal (docs/sidekiq-wire.md §5).
 --
 -- KEYS[1]  processes         KEYS[2]  <identity>, the process hash
 -- KEYS[3]  <identity>:workers   KEYS[4]  <identity>:work (the busy hashes, rebuilt)

@@ -1,6 +1,6 @@
 """The leader's due-job mover: due ``schedule`` and ``retry`` entries go to their queues.
 
-Sidekiq's behaviour (sidekiq-wire.md §2): a due entry is pushed to
+Sidekiq's behaviour (docs/sidekiq-wire.md §2): a due entry is pushed to
 ``queue:<its queue>`` with a fresh ``enqueued_at`` and every other field kept,
 the queue is added to ``queues``, and the entry leaves its sorted set. The
 job is re-encoded the way Sidekiq's client re-generates it (key order kept,

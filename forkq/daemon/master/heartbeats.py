@@ -1,7 +1,7 @@
 """The master's side of heartbeats: Sidekiq's process record, and reading the children's beats.
 
-:func:`beat` writes, in one script (``record.lua``, sidekiq-wire.md §5): ``SADD processes``, the
-process hash (``info`` JSON, ``busy``, ``beat``, ``quiet``, ``rss``,
+:func:`beat` writes, in one script (``record.lua``, docs/sidekiq-wire.md §5):
+``SADD processes``, the process hash (``info`` JSON, ``busy``, ``beat``, ``quiet``, ``rss``,
 ``rtt_us``, ``concurrency``) with a 60 s TTL, the busy hashes ``<id>:workers``
 and ``<id>:work`` rebuilt from scratch, and ``RPOP <id>-signals``, whose
 result it returns. So Sidekiq's ``ProcessSet``, ``Workers`` and Web UI list the
