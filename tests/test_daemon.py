@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from forkq.client import Client
@@ -128,6 +129,7 @@ def test_a_killed_childs_job_completes_in_a_replacement(r: redis.Redis,
     assert "killed by signal SIGKILL" in d.log()
 
 
+@pytest.mark.slow
 def test_random_child_kills_lose_no_job(r: redis.Redis, daemon: Any) -> None:
     total = 2000
     Client(r).push_bulk({"class": "Sleep",

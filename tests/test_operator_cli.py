@@ -238,6 +238,7 @@ def test_retries_dead_and_scheduled(ops: Ops, r: redis.Redis,
 # --- quiet, stop --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_quiet_and_stop(ops: Ops, r: redis.Redis, daemon: Callable[..., Daemon]) -> None:
     a, b = daemon(DAEMON), daemon(DAEMON.replace("tag: ops", "tag: other"))
     ident_a, ident_b = identity_of(r, a), identity_of(r, b)

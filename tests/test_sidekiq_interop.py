@@ -361,6 +361,7 @@ def _forkq_in(view: dict[str, Any], pid: int) -> dict[str, Any] | None:
     return next((p for p in view["processes"] if p["pid"] == pid), None)
 
 
+@pytest.mark.slow
 def test_sidekiq_api_lists_forkq_and_its_quiet_and_stop_reach_it(
         server: EmbeddedServer, r: redis.Redis, daemon: Callable[..., Any]) -> None:
     _need_ruby()

@@ -286,6 +286,7 @@ def test_a_sigstopped_child_is_culled_and_its_job_runs_again(
     assert ran(r)[0]["pid"] != frozen
 
 
+@pytest.mark.slow
 def test_a_cpu_bound_job_of_twice_liveness_timeout_is_not_culled(r: redis.Redis,
                                                                   daemon: Start) -> None:
     d = daemon(f"concurrency: 1\nliveness_timeout: {LIVENESS}\nrequire: jobs\n")
@@ -370,6 +371,7 @@ def test_sd_notify_ready_status_reloading_stopping_and_watchdog(
     assert not [m for t, m in messages.items if t > stopping_at and m == "WATCHDOG=1"]
 
 
+@pytest.mark.slow
 def test_a_redis_outage_culls_no_child_and_loses_no_job(
         daemon: Start, tmp_path: Path, r: redis.Redis) -> None:
     """Redis is shut down for 10 s mid-run and started again on its append-only file."""
