@@ -218,9 +218,12 @@ def records(r: redis.Redis, key: str = "test:ran") -> list[dict[str, Any]]:
     return [json.loads(x) for x in r.lrange(key, 0, -1)]
 
 
-def until(condition: Callable[[], Any], timeout: float = 15, message: str = "") -> None:
-    """Assert that ``condition`` becomes true within ``timeout`` seconds."""
-    assert wait_for(lambda: bool(condition()), timeout, interval=0.02), message or "timed out"
+def until(condition: Callable[[], Any], timeout: float = 15,
+          message: str | Callable[[], str] = "") -> None:
+    """Assert that ``condition`` becomes true within ``timeout`` seconds (``message`` may be
+    a function, called only on failure)."""
+    if not wait_for(lambda: bool(condition()), timeout, interval=0.02):
+        raise AssertionError((message() if callable(message) else message) or "timed out")
 
 
 def elapsed_since(start: float) -> float:

@@ -8,6 +8,7 @@ import random
 import signal
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -145,9 +146,19 @@ def test_random_child_kills_lose_no_job(r: redis.Redis, daemon: Any) -> None:
             victim = rng.choice(candidates)
             os.kill(victim, signal.SIGKILL)
             killed.add(victim)
-    until(lambda: len({rec["marker"] for rec in records(r)}) == total, 120, "jobs lost")
+    # every job runs, except one whose processor was killed under it three times: by design
+    # that one is a poison pill and goes to the dead set (it happens on a loaded machine,
+    # where a requeued job is fetched again by the next child before the next kill)
+    until(lambda: len({rec["marker"] for rec in records(r)} | set(_buried(r))) == total, 120,
+          _where_missing(r, total, d))
     until(lambda: r.llen("queue:default") == 0 and not r.keys("forkq:inflight:*:*"))
-    assert r.llen("test:ran") - total <= len(killed)
+    buried = _buried(r)
+    assert all(error == "forkq.JobKilledError: its processor died 3 times while running it "
+               "(last: killed by signal SIGKILL)" for error in buried.values()), buried
+    assert 3 * len(buried) <= len(killed) and r.zcard("dead") == len(buried)
+    assert r.llen("test:ran") - (total - len(buried)) <= len(killed)
+    print(f"{len(killed)} children killed: {total - len(buried)} jobs ran, {len(buried)} buried "
+          "as poison pills")
     starts = Counter(rec["marker"] for rec in records(r, "test:started"))
     repeated = {m for m, n in starts.items() if n > 1}
     assert len(repeated) <= len(killed)
@@ -228,3 +239,35 @@ def test_idle_children_poll_when_the_server_refuses_tracking(r: redis.Redis, dae
     finally:
         d.stop(timeout=10)
         r.execute_command("ACL", "DELUSER", "limited")
+
+
+def _buried(r: redis.Redis) -> dict[str, str]:
+    """Marker -> "error_class: error_message" of the Sleep jobs in the dead set."""
+    dead = [json.loads(raw) for raw in r.zrange("dead", 0, -1)]
+    return {str(job["args"][-1]): f"{job['error_class']}: {job['error_message']}"
+            for job in dead}
+
+
+def _where_missing(r: redis.Redis, total: int, d: Any) -> Callable[[], str]:
+    """The failure message, made when it is needed: where the jobs that never ran are."""
+
+    def explain() -> str:
+        ran = {rec["marker"] for rec in records(r)}
+        missing = sorted(set(map(str, range(total))) - ran, key=int)
+        places = {}
+        for key in ["queue:default", "retry", "dead", *map(bytes.decode,
+                                                          r.keys("forkq:inflight:*"))]:
+            kind = r.type(key).decode()
+            items = (r.lrange(key, 0, -1) if kind == "list" else
+                     r.zrange(key, 0, -1) if kind == "zset" else [])
+            for raw in items:
+                job = json.loads(raw) if raw.startswith(b"{") else {}
+                marker = str((job.get("args") or [None, None])[-1])
+                if marker in missing:
+                    places[marker] = (key, job.get("error_message"))
+        return (f"jobs lost: {len(missing)} never ran: {missing[:20]}; found: {places}; "
+                f"kill counts: {[(k.decode(), r.get(k)) for k in r.keys('forkq:kills:*')][:20]}"
+                f"\nlog:\n{d.log()[-6000:]}")
+
+    return explain
+
