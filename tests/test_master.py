@@ -472,3 +472,10 @@ def test_the_verdict_on_a_child(seen_ago: float, job_age: float | None, rss: flo
     kill = verdict(child, now, config(job_timeout=3.0, max_memory_mb=100), wall=wall,
                    rss_mb=rss)
     assert (None if kill is None else (kill.cause, kill.reason)) == expected
+
+
+def test_the_first_turn_forks_at_once(master: Callable[..., Master]) -> None:
+    m = master()
+    start = m.clock.monotonic()
+    m.turn()
+    assert len(m.children()) == 2 and m.clock.monotonic() == start  # no wait before forking

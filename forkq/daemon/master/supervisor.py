@@ -210,7 +210,7 @@ class Supervisor:
     def loop_once(self, now: float) -> None:
         """One turn: signals → reap → watch → stop or top up → beat → title and notify."""
         self._check_stall(now)
-        planned = self._wait_time(now)
+        planned = self._wait_time(now) if self._turn_due is not None else 0.0  # fork at once
         self._turn_due = now + planned
         received, ready = self._pipe.wait(planned, also=self.pool.report_fds())
         for signum in received:
