@@ -37,7 +37,6 @@ from forkq.errors import JobTimeoutError, MalformedJobError
 from forkq.registry import Registry
 
 Cause = Literal["exit", "crash", "timeout"]
-Outcome = Literal["requeued", "retry", "dead", "dropped", "drop"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ class Gone:
 class Settled:
     """What happened to the held job."""
 
-    outcome: Outcome | held_jobs.Outcome
+    outcome: failures.Mode | held_jobs.Outcome
     job: bytes
     detail: str = ""
 

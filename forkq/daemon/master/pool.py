@@ -229,8 +229,9 @@ class Pool:
                 self._check(child, now)
 
     def _check(self, child: Child, now: float) -> None:
+        watched = self.config.max_memory_mb > 0  # read the RSS only when it is judged
         kill = verdict(child, now, self.config, wall=self._clock.time(),
-                       rss_mb=self._processes.rss_mb(child.pid))
+                       rss_mb=self._processes.rss_mb(child.pid) if watched else 0.0)
         if kill is not None:
             self.kill(child, kill.cause, kill.reason, jid=kill.jid, timeout=kill.timeout)
 
