@@ -226,6 +226,12 @@ def until(condition: Callable[[], Any], timeout: float = 15,
         raise AssertionError((message() if callable(message) else message) or "timed out")
 
 
+def holding(r: redis.Redis) -> list[bytes]:
+    """The in-flight lists that hold a job (an idle processor of one queue keeps its list
+    armed: ``[queue:<name>]``, no job)."""
+    return [key for key in r.keys("forkq:inflight:*:*") if r.llen(key) >= 2]
+
+
 def elapsed_since(start: float) -> float:
     """Seconds since a ``time.monotonic()`` reading."""
     return time.monotonic() - start

@@ -144,3 +144,11 @@ class BadMessage(Job, name="BadMessage"):
         _note("test:slowretry", jid=self.jid, marker=marker, queue=self.payload["queue"],
               retry_count=self.payload.get("retry_count"))
         raise RuntimeError(f"bad {marker} " + b"\xff".decode("utf-8", "surrogateescape"))
+
+
+class Lag(Job, name="Lag"):
+    """Records how long after its push (``enqueued_at``, set by any client) it started."""
+
+    def perform(self, *args: Any) -> None:
+        _note("test:lag", jid=self.jid, lag=time.time() - float(self.payload["enqueued_at"]),
+              pid=os.getpid())

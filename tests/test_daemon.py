@@ -17,7 +17,7 @@ import redis
 
 from forkq.client import Client
 
-from .conftest import elapsed_since, records, until
+from .conftest import elapsed_since, holding, records, until
 
 WEIGHTED = """
 concurrency: 4
@@ -31,7 +31,7 @@ queues:
 
 
 def _settled(r: redis.Redis, total: int) -> bool:
-    return int(r.get("stat:processed") or 0) >= total and not r.keys("forkq:inflight:*:*")
+    return int(r.get("stat:processed") or 0) >= total and not holding(r)
 
 
 def test_weighted_queues_run_every_job_once_in_order_and_share(r: redis.Redis,
@@ -151,7 +151,7 @@ def test_random_child_kills_lose_no_job(r: redis.Redis, daemon: Any) -> None:
     # where a requeued job is fetched again by the next child before the next kill)
     until(lambda: len({rec["marker"] for rec in records(r)} | set(_buried(r))) == total, 120,
           _where_missing(r, total, d))
-    until(lambda: r.llen("queue:default") == 0 and not r.keys("forkq:inflight:*:*"))
+    until(lambda: r.llen("queue:default") == 0 and not holding(r))
     buried = _buried(r)
     assert all(error == "forkq.JobKilledError: its processor died 3 times while running it "
                "(last: killed by signal SIGKILL)" for error in buried.values()), buried
@@ -230,7 +230,8 @@ def test_idle_children_poll_when_the_server_refuses_tracking(r: redis.Redis, dae
                                                               server: Any) -> None:
     r.execute_command("ACL", "SETUSER", "limited", "on", ">secret", "~*", "&*", "+@all",
                       "-client|tracking")
-    d = daemon("concurrency: 1\nrequire: jobs\n",
+    # several queues: idle children watch them (one queue is waited on with BLMOVE)
+    d = daemon("concurrency: 1\nrequire: jobs\nqueues: [default, low]\n",
                redis_url=f"unix://limited:secret@{server.socket}")
     try:
         until(lambda: "queue watch refused" in d.log())

@@ -28,7 +28,7 @@ import redis
 from forkq import keys
 from forkq import payload as payloads
 from forkq.connection import raw, text
-from forkq.daemon.children import failures
+from forkq.daemon.children import blocking_wait, failures
 from forkq.errors import JobError, JobKilledError
 from forkq.scripts import script
 
@@ -67,10 +67,34 @@ class GivenBack:
 
 
 def read(client: redis.Redis, inflight_key: str) -> Held:
-    """The queue and job held in ``inflight_key`` (recover.lua's queue rule: else default)."""
+    """The queue and job held in ``inflight_key`` (recover.lua's queue rule: else default).
+
+    First ends any connection of the gone holder still waiting to move a job into the list
+    (:mod:`~forkq.daemon.children.blocking_wait`: a BLMOVE whose closed socket Redis has not
+    seen yet), so no job enters the list after this read. A server that refuses CLIENT LIST
+    or KILL (an ACL without them) is reported once and the read goes on."""
+    _end_waiters(client, inflight_key)
     held = client.lrange(inflight_key, 0, 1)
     queue = _queue_name(held[0]) if held else "default"
     return Held(queue, raw(held[1]) if len(held) == 2 else None)
+
+
+def _end_waiters(client: redis.Redis, inflight_key: str) -> None:
+    global _waiters_refused
+    if _waiters_refused:
+        return
+    try:
+        blocking_wait.end_waiters(client, inflight_key)
+    except redis.ResponseError as exc:
+        if "NOPERM" not in str(exc) and "unknown" not in str(exc).lower():
+            raise
+        _waiters_refused = True
+        log.warning("the server refuses CLIENT LIST / CLIENT KILL (%s): a processor that died "
+                    "while waiting for a job cannot be disconnected before its in-flight "
+                    "list is taken back; grant +client|list +client|kill", exc)
+
+
+_waiters_refused = False
 
 
 def give_back(client: redis.Redis, inflight_key: str, held: Held, *, count: bool, how: str,

@@ -1,6 +1,7 @@
 -- fetch.lua: acknowledge the previous job and fetch the next one, in one round trip.
 --
--- KEYS[1]   this processor's in-flight list: empty, or exactly {queue key, job}
+-- KEYS[1]   this processor's in-flight list: empty, {queue key} (armed for a blocking
+--           move, below), or exactly {queue key, job}
 -- KEYS[2]   stat:processed            KEYS[3]  stat:processed:<UTC date>
 -- KEYS[4]   forkq:inflight, the registry of in-flight lists
 -- KEYS[5..] queue:<name> lists, in the order to try (weighted shuffle or strict)
@@ -8,6 +9,9 @@
 --           exactly that job, empty KEYS[1] and count it processed
 -- ARGV[2]   "1": then fetch; "0": acknowledge only
 -- ARGV[3]   TTL in seconds of the daily stat key
+-- ARGV[4]   "1": when nothing was found and no queue key was skipped, arm KEYS[1] for a
+--           blocking move from KEYS[5]: KEYS[1] becomes {KEYS[5]} (registered), so that
+--           BLMOVE KEYS[5] KEYS[1] RIGHT RIGHT makes it {queue key, job} in one step
 --
 -- Returns an array: {queue key, job} of the job fetched, or {"", ""} when none was, followed
 -- by a pair {key, type} for each queue key skipped because it holds another type than a
@@ -62,6 +66,10 @@ for i = 5, #KEYS do
   end
 end
 if #reply == 2 then
+  if ARGV[4] == "1" then
+    redis.call("RPUSH", KEYS[1], KEYS[5])
+    redis.call("SADD", KEYS[4], KEYS[1])
+  end
   return {}
 end
 return reply

@@ -37,9 +37,15 @@ def strict_order(queues: Queues) -> list[str]:
 
 def weighted_order(queues: Queues, rng: random.Random) -> list[str]:
     """A shuffle of the queues where each comes first with probability weight / sum(weights)."""
-    expanded = [name for name, weight in queues for _ in range(weight)]
-    rng.shuffle(expanded)
-    return list(dict.fromkeys(expanded))
+    return shuffled_once([name for name, weight in queues for _ in range(weight)], rng)
+
+
+def shuffled_once(expanded: list[str], rng: random.Random) -> list[str]:
+    """A shuffle of ``expanded`` keeping the first occurrence of each item (``expanded`` is
+    not changed)."""
+    order = expanded[:]
+    rng.shuffle(order)
+    return list(dict.fromkeys(order))
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,10 @@ NOTHING = Fetch(None, [])
 
 
 class Fetcher:
-    """One processor's view of the queues: fetch, acknowledge. Built after the fork."""
+    """One processor's view of the queues: fetch, acknowledge. Built after the fork.
+
+    The key lists are built once: strict order and a single queue never change, and a
+    weighted order is a shuffle of a prepared list of keys."""
 
     def __init__(
         self,
@@ -76,34 +85,49 @@ class Fetcher:
     ) -> None:
         self._script = script(redis_client, "fetch")
         self._inflight = inflight_key
-        self._queues = list(queues)
-        self._strict = strict
         self._rng = rng
+        self._expanded = [keys.queue(name) for name, weight in queues for _ in range(weight)]
+        distinct = list(dict.fromkeys(keys.queue(name) for name, _ in queues))
+        self._fixed = distinct if strict or len(distinct) == 1 else None
+        self._date_until = 0.0
+        self._daily = ""
+
+    @property
+    def single_queue(self) -> str | None:
+        """The one queue key fetched from, or None when there are several."""
+        return self._fixed[0] if self._fixed is not None and len(self._fixed) == 1 else None
 
     def order(self) -> list[str]:
         """The queue keys to try on this fetch."""
-        names = strict_order(self._queues) if self._strict else weighted_order(
-            self._queues, self._rng
-        )
-        return [keys.queue(name) for name in names]
+        if self._fixed is not None:
+            return self._fixed
+        return shuffled_once(self._expanded, self._rng)
 
-    def ack_and_fetch(self, *, ack: bytes | None, fetch: bool = True) -> Fetch:
+    def _daily_key(self) -> str:
+        now = time.time()
+        if now >= self._date_until:
+            self._daily = keys.daily(keys.STAT_PROCESSED, keys.utc_date(now))
+            self._date_until = now - now % 86400 + 86400  # the next UTC midnight
+        return self._daily
+
+    def ack_and_fetch(self, *, ack: bytes | None, fetch: bool = True, arm: bool = False) -> Fetch:
         """Acknowledge ``ack`` (the completed job's bytes), then fetch the next job (``fetch``).
 
+        With ``arm`` (a single queue), finding nothing and skipping nothing leaves the
+        in-flight list armed for :class:`~forkq.daemon.children.blocking_wait.BlockingWait`.
         Safe to call again after a lost reply (see fetch.lua): the same job comes back.
         Raises redis.ResponseError naming the key when the in-flight list or the registry
         holds another type (nothing is fetched then).
         """
-        date = keys.utc_date(time.time())
         result = self._script(
             keys=[
                 self._inflight,
                 keys.STAT_PROCESSED,
-                keys.daily(keys.STAT_PROCESSED, date),
+                self._daily_key(),
                 keys.INFLIGHT_REGISTRY,
                 *self.order(),
             ],
-            args=[ack or b"", "1" if fetch else "0", keys.DAILY_STAT_TTL],
+            args=[ack or b"", "1" if fetch else "0", keys.DAILY_STAT_TTL, "1" if arm else "0"],
         )
         if not result:
             return NOTHING

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import signal
 import time
 from typing import Any
 
@@ -40,6 +41,7 @@ from forkq.config import Config
 from forkq.daemon import child_process
 from forkq.daemon.child_process import STOP_SIGNAL
 from forkq.daemon.children import failures
+from forkq.daemon.children.blocking_wait import WAKE, BlockingWait
 from forkq.daemon.children.fetch import Fetched, Fetcher
 from forkq.daemon.children.queuewatch import QueueWatch
 from forkq.daemon.outage import Outage
@@ -98,6 +100,8 @@ class Processor:
         hooks.run("child_exit")
         self._beat.stop()
         self._watch.close()
+        if self._blocking is not None:
+            self._blocking.close()
         return 0
 
     def _report(self, message: str) -> None:
@@ -121,7 +125,10 @@ class Processor:
             strict=self.config.strict,
             rng=self._rng,
         )
+        single = self._fetcher.single_queue
+        self._blocking = BlockingWait(self.redis, self.inflight_key, single) if single else None
         self._watch = QueueWatch(self.redis)
+        self._armed = False
         self._registered = False
         hooks.run("child_boot", strict=True)
 
@@ -134,7 +141,8 @@ class Processor:
             self.redis.sadd(keys.INFLIGHT_REGISTRY, self.inflight_key)
         except redis.ResponseError as exc:
             self._outage.refused(exc, "registering the in-flight list (fetches register it)")
-        self._watch.open()
+        if self._blocking is None:
+            self._watch.open()
         self._registered = True
         self._report("ready")
 
@@ -145,12 +153,25 @@ class Processor:
             return
         if not self._registered:
             self._register()
-        fetched = self._settle(fetch=True)
-        if fetched is None:
-            if self._watch.wait(IDLE_WAIT, self._pipe.fd):
+        fetched = self._settle(fetch=True) or self._idle()
+        if fetched is not None:
+            self._execute(fetched)
+
+    def _idle(self) -> Fetched | None:
+        """Wait for work: the job a blocking move brought (single queue), or None when it is
+        time to fetch again (a queue changed, a timeout, a signal)."""
+        if self._blocking is not None:
+            if not self._armed:  # a queue key of another type was skipped: poll
+                self._stop_if_told(self._pipe.wait(IDLE_WAIT)[0])
+                return None
+            self._armed = False
+            job = self._blocking.wait(int(IDLE_WAIT), self._pipe.fd)
+            if job is WAKE:
                 self._check_signals()
-            return
-        self._execute(fetched)
+            return Fetched(self._single_queue, job) if isinstance(job, bytes) else None
+        if self._watch.wait(IDLE_WAIT, self._pipe.fd):
+            self._check_signals()
+        return None
 
     def _settle(self, *, fetch: bool) -> Fetched | None:
         """File a pending failure, then acknowledge and/or fetch."""
@@ -162,9 +183,13 @@ class Processor:
             self._failure = None
         if not fetch and self._ack_pending is None:
             return None
-        found = self._fetcher.ack_and_fetch(ack=self._ack_pending, fetch=fetch)
+        arm = fetch and self._blocking is not None
+        found = self._fetcher.ack_and_fetch(ack=self._ack_pending, fetch=fetch, arm=arm)
         self._ack_pending = None
         self._report_skipped(found.skipped)
+        self._armed = arm and found.job is None and not found.skipped
+        if found.job is not None and self._blocking is None:
+            self._watch.pause()  # busy: no invalidations pile up for this connection
         return found.job
 
     def _report_skipped(self, skipped: list[tuple[str, str]]) -> None:
@@ -238,7 +263,10 @@ class Processor:
         log.error("queue %s: %s; moved to the dead set", fetched.queue, exc)
 
     def _check_signals(self) -> None:
-        if STOP_SIGNAL in self._pipe.drain() or os.getppid() != self.master_pid:
+        self._stop_if_told(self._pipe.drain())
+
+    def _stop_if_told(self, received: list[signal.Signals]) -> None:
+        if STOP_SIGNAL in received or os.getppid() != self.master_pid:
             self.stopping = True
 
     def _guarded(self, step: Any) -> None:
@@ -251,11 +279,13 @@ class Processor:
             lasted = self._outage.failed(exc, "this processor's step")
             backoff = REFUSED_WAIT if is_refusal(exc) else min(0.1 * 2 ** min(int(lasted), 5),
                                                                 2.0)
-            received, _ = self._pipe.wait(backoff)
-            if STOP_SIGNAL in received or os.getppid() != self.master_pid:
-                self.stopping = True
+            self._stop_if_told(self._pipe.wait(backoff)[0])
             return
         self._outage.succeeded()
+
+    @property
+    def _single_queue(self) -> str:
+        return keys.queue_name(self._fetcher.single_queue or "")
 
     @property
     def _role(self) -> str:

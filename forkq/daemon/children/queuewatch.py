@@ -12,6 +12,11 @@ first fetch and stays armed.
 
 When the server refuses tracking (an ACL without ``client|tracking``, an old
 server), the watch falls back to polling every :data:`POLL_INTERVAL` seconds.
+
+A busy processor pauses its watch (UNSUBSCRIBE: Redis drops the
+invalidations of a tracking client whose redirect target is not subscribed), so nothing
+piles up in Redis for a connection nobody reads; the next wait subscribes again and
+returns at once, so the processor fetches once more before it blocks.
 A broken watch connection is reopened on the next wait. No keys are written.
 """
 
@@ -37,6 +42,7 @@ class QueueWatch:
         self._prefixes = prefixes
         self._conn: Any = None
         self._refused = False
+        self._paused = False
 
     def open(self) -> None:
         """Arm the watch (before the first fetch). A server that refuses tracking switches
@@ -78,6 +84,9 @@ class QueueWatch:
         if self._conn is None:
             return _wait_fd(wake_fd, min(timeout, POLL_INTERVAL))
         try:
+            if self._paused:
+                self._resume()
+                return False
             if self._drain():
                 return False
             readable, _, _ = select.select([self._conn._sock, wake_fd], [], [], timeout)
@@ -86,6 +95,26 @@ class QueueWatch:
             self.close()
             return False
         return wake_fd in readable
+
+    def pause(self) -> None:
+        """Stop receiving invalidations until the next :meth:`wait` (no round trip)."""
+        if self._conn is None or self._paused:
+            return
+        try:
+            self._conn.send_command("UNSUBSCRIBE", CHANNEL)
+        except Exception:  # noqa: BLE001 - reopened on the next wait
+            self.close()
+            return
+        self._paused = True
+
+    def _resume(self) -> None:
+        """Subscribe again, discarding what arrived before the unsubscribe took effect."""
+        self._conn.send_command("SUBSCRIBE", CHANNEL)
+        while True:
+            reply = self._conn.read_response()
+            if isinstance(reply, list) and reply and reply[0] in (b"subscribe", "subscribe"):
+                self._paused = False
+                return
 
     def _drain(self) -> bool:
         """Consume pending invalidations; True if there were any."""
@@ -100,6 +129,7 @@ class QueueWatch:
         if self._conn is not None:
             self._conn.disconnect()
             self._conn = None
+        self._paused = False
 
 
 def _wait_fd(fd: int, timeout: float) -> bool:

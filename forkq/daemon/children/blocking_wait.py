@@ -1,0 +1,100 @@
+"""An idle processor of one queue waits inside Redis: ``BLMOVE`` into its in-flight list.
+
+When a processor fetches from a single queue and finds it empty, fetch.lua *arms* its
+in-flight list (``{queue:<name>}``) and the processor sends, on a connection of its own,
+``BLMOVE queue:<name> <in-flight list> RIGHT RIGHT <timeout>``. A push by any client
+(Ruby's too) is then handed by Redis to exactly one waiting processor — the one that has
+waited longest — and the job lands in that processor's in-flight list as ``{queue key,
+job}`` in the same step, so the guarantee is the reliable fetch's: a job is always in a
+queue or in exactly one in-flight list. No message is sent to the other idle processors,
+and nothing accumulates for a busy one.
+
+The waiting connection is named ``forkq-wait:<in-flight list>`` (:func:`name_for`).
+Whoever takes back the list of a holder that is gone first ends that connection
+(:func:`forkq.daemon.held_jobs.read`), so a ``BLMOVE`` Redis has not yet seen closed cannot
+move a job into a list that was already given back.
+
+A stop request (the wake pipe) while waiting drops the connection: a job Redis moved in at
+that moment stays in the in-flight list, and the master gives it back unchanged to the
+front of its queue when it settles the exited child.
+"""
+
+from __future__ import annotations
+
+import select
+from typing import Any
+
+import redis
+
+NAME_PREFIX = "forkq-wait:"
+WAKE = object()
+"""What :meth:`BlockingWait.wait` returns when the wake pipe became readable."""
+
+
+def name_for(inflight_key: str) -> str:
+    """The client name of the connection waiting to move a job into ``inflight_key``
+    (CLIENT SETNAME allows no spaces or control characters: those become ``?``)."""
+    return NAME_PREFIX + "".join(c if "!" <= c <= "~" else "?" for c in inflight_key)
+
+
+class BlockingWait:
+    """One processor's blocking move from ``queue_key`` into ``inflight_key``."""
+
+    def __init__(self, redis_client: Any, inflight_key: str, queue_key: str) -> None:
+        self._pool = redis_client.connection_pool
+        self._inflight = inflight_key
+        self._queue = queue_key
+        self._conn: Any = None
+
+    def wait(self, timeout: int, wake_fd: int) -> bytes | object | None:
+        """Wait up to ``timeout`` seconds for a job to be moved into the (armed) in-flight
+        list; the job's bytes, None after the timeout, or :data:`WAKE` when ``wake_fd``
+        became readable (the connection is dropped then).
+
+        Raises redis.RedisError when the connection fails or Redis refuses the move (the
+        caller's outage handling applies); the connection is dropped then too.
+        """
+        try:
+            conn = self._connection()
+            conn.send_command("BLMOVE", self._queue, self._inflight, "RIGHT", "RIGHT", timeout)
+            readable, _, _ = select.select([conn._sock, wake_fd], [], [], timeout + 5)
+            if conn._sock not in readable:
+                self.close()
+                return WAKE if wake_fd in readable else None
+            job: bytes | None = conn.read_response()
+        except BaseException:
+            self.close()
+            raise
+        return job
+
+    def _connection(self) -> Any:
+        if self._conn is None:
+            conn = self._pool.make_connection()
+            try:
+                conn.connect()
+                conn.send_command("CLIENT", "SETNAME", name_for(self._inflight))
+                conn.read_response()
+            except BaseException:
+                conn.disconnect()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def close(self) -> None:
+        """Drop the waiting connection (Redis ends its BLMOVE)."""
+        if self._conn is not None:
+            self._conn.disconnect()
+            self._conn = None
+
+
+def end_waiters(client: redis.Redis, inflight_key: str) -> int:
+    """Close every connection still waiting to move a job into ``inflight_key``; how many.
+
+    Raises redis.ResponseError when the server refuses CLIENT LIST or CLIENT KILL (an ACL
+    without them)."""
+    name = name_for(inflight_key)
+    ended = 0
+    for entry in client.client_list(_type="normal"):
+        if entry.get("name") == name:
+            ended += int(client.client_kill_filter(_id=entry["id"]) or 0)
+    return ended

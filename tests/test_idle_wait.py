@@ -1,0 +1,113 @@
+"""How idle processors wait: a push wakes one of them at once, and nothing piles up in Redis.
+
+One queue: idle children wait inside Redis (BLMOVE into their armed in-flight lists), so a
+push is handed to exactly one of them. Several queues: a watch connection, unsubscribed
+while its child is busy. Either way any client's push (Ruby's too) wakes the daemon.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from forkq import keys
+from forkq.client import Client
+from forkq.daemon import held_jobs
+from forkq.daemon.children.blocking_wait import name_for
+
+from .conftest import records, until
+from .test_sidekiq_interop import _run_ruby
+
+MULTI = "queues: [[critical, 2], default]\n"
+
+
+def _script_calls(r: redis.Redis) -> int:
+    stats = r.info("commandstats")
+    return sum(int(stats.get(name, {}).get("calls", 0))
+               for name in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
+@pytest.mark.ruby
+@pytest.mark.parametrize("queues", ["", MULTI], ids=["one-queue", "weighted-queues"])
+def test_a_ruby_push_wakes_an_idle_daemon_at_once(r: redis.Redis, daemon: Any, server: Any,
+                                                 queues: str) -> None:
+    d = daemon(f"concurrency: 3\nrequire: jobs\nlog_level: warning\n{queues}")
+    d.wait_children(3)
+    until(lambda: r.scard(keys.INFLIGHT_REGISTRY) == 3, 15, "the children did not register")
+    _run_ruby("push_spaced.rb", "12", "default", "0.15", server=server)
+    until(lambda: r.llen("test:lag") == 12, 15, lambda: f"not all ran; log:\n{d.log()}")
+    lags = [row["lag"] for row in records(r, "test:lag")]
+    # idle children that polled (every 2 s) would start a job ~1 s late on average
+    assert statistics.median(lags) < 0.25, lags
+    assert max(lags) < 1.5, lags
+
+
+def test_a_push_to_one_queue_wakes_one_idle_child(r: redis.Redis, daemon: Any) -> None:
+    d = daemon("concurrency: 4\nrequire: jobs\nlog_level: warning\n")
+    d.wait_children(4)
+    until(lambda: int(r.info("clients")["blocked_clients"]) == 4, 15,
+          "the idle children are not waiting in Redis")
+    client, jobs = Client(r), 20
+    before, started = _script_calls(r), time.monotonic()
+    for n in range(jobs):
+        client.push({"class": "Lag", "args": [n]})
+        until(lambda n=n: r.llen("test:lag") == n + 1, 5)
+    calls = _script_calls(r) - before
+    timeouts = 4 * (int((time.monotonic() - started) / 2) + 1)  # each waits 2 s at a time
+    # a broadcast wake would cost every idle child a fetch per push: 4 per job here
+    assert calls <= jobs + timeouts, (calls, timeouts)
+
+
+@pytest.mark.parametrize("queues", ["", MULTI], ids=["one-queue", "weighted-queues"])
+def test_busy_children_pile_up_nothing_in_redis(r: redis.Redis, daemon: Any,
+                                                queues: str) -> None:
+    d = daemon(f"concurrency: 2\nrequire: jobs\nlog_level: warning\n{queues}")
+    d.wait_children(2)
+    until(lambda: r.scard(keys.INFLIGHT_REGISTRY) == 2, 15, "the children did not register")
+    largest, done = [0], threading.Event()
+    sampler = redis.Redis(connection_pool=r.connection_pool)
+
+    def sample() -> None:
+        while not done.is_set():
+            clients = sampler.client_list()
+            largest[0] = max([largest[0], *(int(c["omem"]) for c in clients)])
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        client = Client(r)
+        for queue in ("critical", "default") if queues else ("default",):
+            client.push_bulk({"class": "Lag", "queue": queue, "args": [[n] for n in range(3000)]})
+        total = 6000 if queues else 3000
+        until(lambda: r.llen("test:lag") == total, 60, lambda: f"log:\n{d.log()}")
+    finally:
+        done.set()
+        thread.join(5)
+    # before, each busy child's watch kept ~180 bytes per job processed by anyone
+    assert largest[0] < 64 * 1024, largest[0]
+
+
+def test_taking_back_a_list_ends_its_holders_waiting_connection(r: redis.Redis) -> None:
+    inflight = keys.inflight("host:1:abc", 4242)
+    r.rpush(inflight, "queue:waiting")  # armed, as fetch.lua leaves it
+    waiter = redis.Redis(connection_pool=r.connection_pool).connection_pool.make_connection()
+    waiter.connect()
+    try:
+        waiter.send_command("CLIENT", "SETNAME", name_for(inflight))
+        waiter.read_response()
+        waiter.send_command("BLMOVE", "queue:waiting", inflight, "RIGHT", "RIGHT", 0)
+        until(lambda: int(r.info("clients")["blocked_clients"]) == 1)
+        held = held_jobs.read(r, inflight)  # the holder is gone; its socket not yet seen closed
+        assert held == held_jobs.Held("waiting", None)
+        assert not [c for c in r.client_list() if c["name"] == name_for(inflight)]
+        r.lpush("queue:waiting", "job")
+        assert r.lrange("queue:waiting", 0, -1) == [b"job"]
+        assert r.lrange(inflight, 0, -1) == [b"queue:waiting"]
+    finally:
+        waiter.disconnect()
