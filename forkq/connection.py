@@ -13,8 +13,10 @@ reuse a connection across a pid change.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import redis
+from redis.commands.core import Script
 
 EMBEDDED = "embedded"
 SOCKET_NAME = "redis.sock"
@@ -57,3 +59,37 @@ def text(value: bytes | str) -> str:
 def raw(value: bytes | str) -> bytes:
     """A Redis reply value as bytes."""
     return value if isinstance(value, bytes) else value.encode()
+
+
+class Direct:
+    """One connection of the caller's own, for a script called in a tight loop (a
+    processor's fetch): no pool checkout (a poll and a getpid per call) and no retry
+    wrapper. Not thread-safe; build it after fork.
+
+    :meth:`evalsha` loads the script when the server does not know it. A connection or
+    timeout error drops the connection (the next call reconnects) and propagates, as
+    does a refusal (redis.ResponseError)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+        self._conn: Any = client.connection_pool.make_connection()
+
+    def evalsha(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+        """Run ``script`` (registered with the client given) with ``keys`` and ``args``."""
+        try:
+            return self._call("EVALSHA", script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            script.sha = self._client.script_load(script.script)
+            return self._call("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def _call(self, *command: Any) -> Any:
+        try:
+            self._conn.send_command(*command)
+            return self._conn.read_response()
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            self._conn.disconnect()
+            raise
+
+    def close(self) -> None:
+        """Drop the connection."""
+        self._conn.disconnect()

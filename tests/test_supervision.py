@@ -133,10 +133,14 @@ def test_ttin_logs_the_stack_of_the_master_and_of_each_child_with_its_job(
     assert "from queue default" in busy.splitlines()[0]
     assert "time.sleep(seconds)" in busy  # the line of the job it is in
     assert len(child_pids(d)) == 2  # nothing else changed
-    titles = sorted(" ".join(p.cmdline()).strip().removeprefix("forkq 0.1.0 ")
-                    for p in d.children())
-    assert titles in (["processor-0 idle", f"processor-1 busy Sleep jid={jid}"],
-                      [f"processor-0 busy Sleep jid={jid}", "processor-1 idle"]), titles
+
+    def titles() -> list[str]:  # a processor's title follows its job on each heartbeat (2 s)
+        return sorted(" ".join(p.cmdline()).strip().removeprefix("forkq 0.1.0 ")
+                      for p in d.children())
+
+    until(lambda: titles() in (["processor-0 idle", f"processor-1 busy Sleep jid={jid}"],
+                               [f"processor-0 busy Sleep jid={jid}", "processor-1 idle"]), 5,
+          lambda: str(titles()))
 
 
 def test_usr2_reopens_the_log_file_in_the_master_and_the_children(

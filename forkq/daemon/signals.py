@@ -17,10 +17,6 @@ from collections.abc import Iterable
 from types import FrameType
 
 
-def _record(signum: int, frame: FrameType | None) -> None:
-    """The handler: the wakeup fd has already recorded the signal."""
-
-
 class SelfPipe:
     """A wakeup pipe for ``signals``; install in the process that will read it."""
 
@@ -28,9 +24,14 @@ class SelfPipe:
         self.signals = tuple(signals)
         self._numbers = frozenset(int(s) for s in self.signals)
         self._read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._pending = False
         self._previous_fd = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
         for signum in self.signals:
-            signal.signal(signum, _record)
+            signal.signal(signum, self._record)
+
+    def _record(self, signum: int, frame: FrameType | None) -> None:
+        """The handler: the wakeup fd has already recorded the signal; note that it has."""
+        self._pending = True
 
     @property
     def fd(self) -> int:
@@ -52,8 +53,16 @@ class SelfPipe:
         ready = [fd for fd in readable if fd != self._read_fd]
         return self.drain(), ready
 
+    @property
+    def pending(self) -> bool:
+        """Whether one of :attr:`signals` arrived since the last :meth:`drain`: a check
+        without a system call, for a loop that must stay cheap (the pipe also holds the
+        bytes of signals other handlers serve; only a drain or a wait clears those)."""
+        return self._pending
+
     def drain(self) -> list[signal.Signals]:
         """The signals recorded so far, without blocking."""
+        self._pending = False
         received: list[signal.Signals] = []
         while True:
             try:

@@ -27,7 +27,8 @@ its job (:mod:`forkq.daemon.children.orphans`).
 Two signals are acted on here rather than in the main thread, which may be busy
 in a job for a long time: their handlers only set a flag and write a byte to the
 thread's wake pipe (no lock is taken in a handler). TTIN logs the main thread's
-stack and job; USR2 reopens the log file. A Python handler runs only when the
+stack and job; USR2 reopens the log file. A processor's process title follows its job
+on each beat (:meth:`BeatThread.follow_job_in_title`). A Python handler runs only when the
 main thread returns to the interpreter, so a job stuck inside C code gets no
 TTIN dump (its heartbeat stops too if it holds the GIL, and it is culled).
 """
@@ -43,6 +44,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -65,6 +67,8 @@ class BeatThread:
                  orphan_grace: float) -> None:
         self.job: dict[str, Any] | None = None
         self.loops = 0  # turns of the main loop, for a child whose loop never blocks long
+        self._title: Callable[[str], None] | None = None
+        self._titled = ""
         self._master_pid = master_pid
         self._orphan_grace = orphan_grace
         self._orphaned_at: float | None = None
@@ -80,6 +84,11 @@ class BeatThread:
         self._reopen = False
         self._main = threading.main_thread().ident
         self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+
+    def follow_job_in_title(self, title: Callable[[str], None]) -> None:
+        """Show ``busy <class> jid=<jid>`` or ``idle`` with ``title`` on each beat (a title
+        set per job would cost the main thread two calls per job)."""
+        self._title = title
 
     def start(self) -> None:
         """Install the TTIN / USR2 handlers and start beating (one beat at once)."""
@@ -124,6 +133,7 @@ class BeatThread:
                 if logs.reopen():
                     log.info("log file reopened")
             self._check_master()
+            self._show_job()
             self.beat()
             self._sleep()
 
@@ -138,6 +148,13 @@ class BeatThread:
             log.error("master (pid %d) gone %.0fs ago and still busy: exiting; the scheduler "
                       "leader recovers the job", self._master_pid, now - self._orphaned_at)
             os._exit(EXIT_ORPHANED)
+
+    def _show_job(self) -> None:
+        job = self.job
+        state = "idle" if job is None else f"busy {job['class']} jid={job['jid']}"
+        if self._title is not None and state != self._titled:
+            self._title(state)
+            self._titled = state
 
     def beat(self) -> None:
         """Write one heartbeat; a Redis error skips it."""

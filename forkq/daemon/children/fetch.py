@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forkq import keys
-from forkq.connection import text
+from forkq.connection import Direct, text
 from forkq.scripts import script
 
 Queues = Sequence[tuple[str, int]]
@@ -84,6 +84,7 @@ class Fetcher:
         rng: random.Random,
     ) -> None:
         self._script = script(redis_client, "fetch")
+        self._direct = Direct(redis_client)
         self._inflight = inflight_key
         self._rng = rng
         self._expanded = [keys.queue(name) for name, weight in queues for _ in range(weight)]
@@ -110,6 +111,10 @@ class Fetcher:
             self._date_until = now - now % 86400 + 86400  # the next UTC midnight
         return self._daily
 
+    def close(self) -> None:
+        """Drop the fetch connection."""
+        self._direct.close()
+
     def ack_and_fetch(self, *, ack: bytes | None, fetch: bool = True, arm: bool = False) -> Fetch:
         """Acknowledge ``ack`` (the completed job's bytes), then fetch the next job (``fetch``).
 
@@ -119,15 +124,11 @@ class Fetcher:
         Raises redis.ResponseError naming the key when the in-flight list or the registry
         holds another type (nothing is fetched then).
         """
-        result = self._script(
-            keys=[
-                self._inflight,
-                keys.STAT_PROCESSED,
-                self._daily_key(),
-                keys.INFLIGHT_REGISTRY,
-                *self.order(),
-            ],
-            args=[ack or b"", "1" if fetch else "0", keys.DAILY_STAT_TTL, "1" if arm else "0"],
+        result = self._direct.evalsha(
+            self._script,
+            [self._inflight, keys.STAT_PROCESSED, self._daily_key(), keys.INFLIGHT_REGISTRY,
+             *self.order()],
+            [ack or b"", "1" if fetch else "0", keys.DAILY_STAT_TTL, "1" if arm else "0"],
         )
         if not result:
             return NOTHING

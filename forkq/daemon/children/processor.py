@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 IDLE_WAIT = 2.0
 MEMORY_CHECK_INTERVAL = 1.0
+PARENT_CHECK_INTERVAL = 0.5
 REFUSED_WAIT = 1.0  # between tries of a step Redis refused (a key of the wrong type, OOM)
 
 
@@ -100,6 +101,7 @@ class Processor:
         hooks.run("child_exit")
         self._beat.stop()
         self._watch.close()
+        self._fetcher.close()
         if self._blocking is not None:
             self._blocking.close()
         return 0
@@ -115,6 +117,9 @@ class Processor:
                                      state="idle")
         self.master_pid, self._pipe, self.redis = basics.master_pid, basics.pipe, basics.redis
         self._beat = basics.beat
+        self._beat.follow_job_in_title(
+            lambda state: child_process.set_title(self.config, self._role, state))
+        self._parent_checked = 0.0
         random.seed()
         self._rng = random.Random()
         self.inflight_key = keys.inflight(self.identity, os.getpid())
@@ -167,10 +172,10 @@ class Processor:
             self._armed = False
             job = self._blocking.wait(int(IDLE_WAIT), self._pipe.fd)
             if job is WAKE:
-                self._check_signals()
+                self._stop_if_told(self._pipe.drain())
             return Fetched(self._single_queue, job) if isinstance(job, bytes) else None
         if self._watch.wait(IDLE_WAIT, self._pipe.fd):
-            self._check_signals()
+            self._stop_if_told(self._pipe.drain())
         return None
 
     def _settle(self, *, fetch: bool) -> Fetched | None:
@@ -210,7 +215,6 @@ class Processor:
             return
         context = JobContext(payload["class"], payloads.jid(payload), fetched.queue, payload,
                              payload["args"])
-        self._title(f"busy {context.name} jid={context.jid}")
         log.info("%s jid=%s start", context.name, context.jid)
         self._beat.job = {"queue": fetched.queue, "payload": fetched.raw,
                           "run_at": int(now), "started": now, "class": context.name,
@@ -228,7 +232,6 @@ class Processor:
             log.info("%s jid=%s done: %.3f sec", context.name, context.jid,
                      time.monotonic() - started)
         self._beat.job = None
-        self._title("idle")
         self._jobs_done += 1
         self._check_recycle()
 
@@ -263,11 +266,22 @@ class Processor:
         log.error("queue %s: %s; moved to the dead set", fetched.queue, exc)
 
     def _check_signals(self) -> None:
-        self._stop_if_told(self._pipe.drain())
+        """Act on a stop request: read the pipe only when a watched signal arrived (a
+        system call per job costs throughput), and the master at most twice a second."""
+        self._stop_if_told(self._pipe.drain() if self._pipe.pending else [])
 
     def _stop_if_told(self, received: list[signal.Signals]) -> None:
-        if STOP_SIGNAL in received or os.getppid() != self.master_pid:
+        if STOP_SIGNAL in received or self._master_gone():
             self.stopping = True
+
+    def _master_gone(self) -> bool:
+        """Whether the master has died (asked of the kernel at most every
+        :data:`PARENT_CHECK_INTERVAL` seconds: a system call per job costs throughput)."""
+        now = time.monotonic()
+        if now - self._parent_checked < PARENT_CHECK_INTERVAL:
+            return False
+        self._parent_checked = now
+        return os.getppid() != self.master_pid
 
     def _guarded(self, step: Any) -> None:
         """Run a step; on a Redis error, log it (an outage once, a refusal once a minute) and
@@ -291,8 +305,6 @@ class Processor:
     def _role(self) -> str:
         return f"processor-{self.slot}"
 
-    def _title(self, state: str) -> None:
-        child_process.set_title(self.config, self._role, state)
 
 
 def _timeout_of(payload: payloads.Payload) -> float:
