@@ -55,18 +55,20 @@ def run(*, jobs: int, concurrency: int, samples: int, redis_url: str | None) -> 
             phases.launch(r, system)
             phases.warm_up(r, system)
             omem, totmem, elapsed = _drain_watching_clients(r, system.job_class, jobs)
-            p50, slowest = _latencies(r, system, samples)
+            delays = phases.idle_latency(r, system, samples)
         finally:
             system.stop()
             phases.clear(r)
             r.close()
     print(f"forkq bench --backlog: forkq -c{concurrency}, {jobs} jobs drained in "
           f"{elapsed:.1f} s ({jobs / elapsed:,.0f} jobs/s)")
+    p50, slowest = phases.percentiles(delays)[0], max(delays)
     print(f"after a {jobs}-job drain: a pushed job started in {p50:.2f} ms (p50 of {samples}; "
           f"max {slowest:.2f} ms); largest client output buffer during the drain: "
           f"{omem.value / 1024:,.1f} KB (client {omem.client})")
     print(f"largest client total memory (tot-mem) during the drain: {totmem.value / 1024:,.1f} "
           f"KB (client {totmem.client})")
+    print("start delays in push order, ms: " + " ".join(f"{delay:.2f}" for delay in delays))
     return 0
 
 
@@ -93,8 +95,3 @@ def _drain_watching_clients(r: redis.Redis, job_class: str,
         time.sleep(SAMPLE_INTERVAL)
     return omem, totmem, time.perf_counter() - started
 
-
-def _latencies(r: redis.Redis, system: ForkqSystem, samples: int) -> tuple[float, float]:
-    """(p50, max) ms from push to start of single jobs pushed to the idle daemon."""
-    values = phases.idle_latency(r, system, samples)
-    return phases.percentiles(values)[0], max(values)
