@@ -93,12 +93,19 @@ def _parser() -> argparse.ArgumentParser:
     config.add_flags(demo)
     demo.set_defaults(func=_demo)
     bench = commands.add_parser("bench", help="measure throughput and latency")
-    bench.add_argument("-n", "--jobs", type=int, default=10_000, help="no-op jobs to run")
-    bench.add_argument("-c", "--concurrency", type=int, default=4, help="processor children")
+    bench.add_argument("-n", "--jobs", type=int, default=20_000, help="jobs per drain")
+    bench.add_argument("-c", "--concurrency", type=_int_list, default=None, metavar="C[,C...]",
+                       help="forkq processor counts to measure (default 2,4,8; "
+                       "--scheduled and --backlog take one, default 4)")
+    bench.add_argument("--repeat", type=int, default=3,
+                       help="repetitions, alternating the systems; the table shows the median")
     bench.add_argument("--latency-samples", type=int, default=200,
-                       help="single pushes to an idle daemon for the latency figures")
+                       help="single pushes to an idle system for the latency figures")
+    bench.add_argument("--backlog", type=int, default=0, metavar="N",
+                       help="instead: drain N jobs with forkq watching the clients' output "
+                       "buffers, then time single pushes to the idle daemon")
     bench.add_argument("--sidekiq", action="store_true",
-                       help="also run the jobs through Ruby's Sidekiq (ruby-sidekiq) to compare")
+                       help="also run Ruby's Sidekiq 6.4.1 (ruby-sidekiq) 1x10 and 2x10 to compare")
     bench.add_argument("--scheduled", type=int, default=0, metavar="N",
                        help="instead: schedule N jobs over --over seconds; print how late "
                        "they start and whether each ran exactly once")
@@ -243,12 +250,32 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    concurrencies: list[int] = args.concurrency or [2, 4, 8]
+    single = concurrencies[0] if args.concurrency else 4
+    if (args.scheduled or args.backlog) and len(concurrencies) > 1:
+        raise ConfigError("bench --scheduled / --backlog take one concurrency (-c N)")
     if args.scheduled:
         from forkq.tools import bench_scheduled
         return bench_scheduled.run(jobs=args.scheduled, over=args.over, daemons=args.daemons,
-                              concurrency=args.concurrency, redis_url=args.redis_url,
-                              sidekiq=args.sidekiq)
+                                   concurrency=single, redis_url=args.redis_url,
+                                   sidekiq=args.sidekiq)
+    if args.backlog:
+        from forkq.tools import bench_backlog
+        return bench_backlog.run(jobs=args.backlog, concurrency=single,
+                                 samples=20, redis_url=args.redis_url)
     from forkq.tools import bench
-    return bench.run(jobs=args.jobs, concurrency=args.concurrency,
-                     latency_samples=args.latency_samples, redis_url=args.redis_url,
-                     sidekiq=args.sidekiq)
+    return bench.run(bench.Options(
+        jobs=args.jobs, concurrencies=concurrencies, repeat=args.repeat,
+        latency_samples=args.latency_samples, sidekiq=args.sidekiq, redis_url=args.redis_url))
+
+
+def _int_list(value: str) -> list[int]:
+    """``"2,4,8"`` → ``[2, 4, 8]``, each a positive integer."""
+    try:
+        numbers = [int(part) for part in value.split(",")]
+    except ValueError:
+        numbers = []
+    if not numbers or min(numbers) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, "
+                                         f"got {value!r}")
+    return numbers

@@ -37,6 +37,7 @@ import redis
 from forkq.client import Client
 from forkq.embedded import EmbeddedServer, find_binary
 from forkq.subprocesses import wait_for
+from forkq.tools.bench_table import ROWS
 from forkq.tools.driver import DaemonProcess
 
 TESTS = Path(__file__).parent
@@ -211,6 +212,27 @@ def run_forkq(*args: str, cwd: str | Path | None = None, timeout: float = 60,
     environ = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}", **(env or {})}
     return subprocess.run([sys.executable, "-m", "forkq", *args], cwd=cwd, env=environ,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def bench_table(stdout: str, columns: int) -> dict[str, list[str]]:
+    """The rows of the table ``forkq bench`` printed: label → its ``columns`` cells (as text);
+    fails unless every row is there with that many cells."""
+    rows: dict[str, list[str]] = {}
+    for row in ROWS:
+        line = next((x for x in stdout.splitlines() if x.startswith(row.label + " ")), None)
+        assert line is not None, f"no row {row.label!r} in:\n{stdout}"
+        cells = line[len(row.label):].split()
+        assert len(cells) == columns, f"row {row.label!r}: {cells}\n{stdout}"
+        rows[row.label] = cells
+    return rows
+
+
+def positive(cell: str) -> bool:
+    """True when a table cell is a number above zero (thousands separated by commas)."""
+    try:
+        return float(cell.replace(",", "")) > 0
+    except ValueError:
+        return False
 
 
 def records(r: redis.Redis, key: str = "test:ran") -> list[dict[str, Any]]:

@@ -38,7 +38,7 @@ from forkq.daemon.children import failures
 from forkq.embedded import EmbeddedServer
 from forkq.subprocesses import terminate
 
-from .conftest import run_forkq, until
+from .conftest import bench_table, positive, run_forkq, until
 
 pytestmark = pytest.mark.ruby
 
@@ -326,13 +326,16 @@ def test_sidekiq_reschedule_moves_forkq_retry(server: EmbeddedServer,
 
 @pytest.mark.process
 @pytest.mark.bench
-@pytest.mark.slow
 def test_bench_runs_side_by_side_with_sidekiq() -> None:
     _need_ruby()
-    result = run_forkq("bench", "-n", "1000", "-c", "2", "--latency-samples", "20", "--sidekiq",
-                       timeout=180)
+    result = run_forkq("bench", "-n", "1000", "-c", "2", "--repeat", "1",
+                       "--latency-samples", "20", "--sidekiq", timeout=90)
     assert result.returncode == 0, result.stderr
-    assert "jobs/s" in result.stdout and "sidekiq 2 threads: 1000 jobs in" in result.stdout
+    assert "figure  " in result.stdout and "sidekiq 2x10  forkq/sidekiq" in result.stdout
+    rows = bench_table(result.stdout, columns=4)  # forkq -c2, sidekiq 1x10, 2x10, the ratio
+    for label, cells in rows.items():
+        measured = cells[:2] if label.startswith("enqueue") else cells  # one client per side
+        assert all(positive(cell) for cell in measured), (label, result.stdout)
 
 
 # --- 5. Sidekiq's ProcessSet / Workers list forkq; quiet! and stop! reach it ----------------

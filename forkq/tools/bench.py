@@ -1,195 +1,191 @@
-"""``forkq bench``: throughput, enqueue-to-start latency and Redis cost of the real daemon.
+"""``forkq bench``: forkq (and with ``--sidekiq``, Sidekiq 6.4.1) side by side, one table.
 
-Runs ``forkq run`` as a subprocess on a private throwaway server (or the one
-given), then prints:
-
-- throughput: N no-op jobs pushed in bulk, jobs/s from the first push to the
-  last job counted in ``stat:processed`` (with a progress display);
-- latency: single pushes to an idle daemon, p50 / p99 / max of job start minus
-  ``enqueued_at``, recorded by a server middleware in each child and flushed to
-  ``forkq:bench:latency`` when the child exits;
-- Redis commands per job while busy, and per idle processor per second.
+For each repetition, in turn: forkq's Python client enqueueing, forkq at each concurrency,
+then (``--sidekiq``) Sidekiq's Ruby client enqueueing, Sidekiq 1x10 and 2x10 — so the two
+systems alternate on a noisy machine — all against one server (a private throwaway one
+unless ``--redis-url`` is given). Each configuration is started once per repetition and
+measured in :mod:`forkq.tools.bench_phases`: launch → first job, drain of N jobs (jobs/s,
+CPU per job of the workers' process tree and of the server, from /proc), PSS of the tree
+after the drain, idle enqueue → start latency. The table (:mod:`forkq.tools.bench_table`)
+shows the median of the repetitions. Progress goes to stderr, the table to stdout.
 
 Importing this module (as the daemon does through ``require: forkq.tools.bench``)
-registers the no-op job, the middleware and the exit hook.
+registers the benchmark job ``forkq.bench.work``.
 """
 
 from __future__ import annotations
 
-import os
-import statistics
 import sys
 import tempfile
 import time
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import redis
 
 from forkq import client as clients
-from forkq import hooks, keys, registry
+from forkq import registry
 from forkq.embedded import server_url
-from forkq.middleware import SERVER, JobContext
-from forkq.subprocesses import wait_for
-from forkq.tools import bench_sidekiq
-from forkq.tools.driver import DaemonProcess
+from forkq.tools import bench_phases as phases
+from forkq.tools import bench_procs, bench_sidekiq
+from forkq.tools.bench_systems import QUEUE, ForkqSystem, System
+from forkq.tools.bench_table import Results, render
 
-QUEUE = "forkq-bench"
-LATENCY_KEY = "forkq:bench:latency"
-CHUNK = 1000
-_latencies: list[float] = []
+SIDEKIQ_SHAPES = ((1, 10), (2, 10))  # (processes, threads)
 
 
-@registry.job(name="forkq.bench.noop", queue=QUEUE, retry=False)
-def noop(phase: str) -> None:
-    """Does nothing; ``phase`` tells the middleware whether to record latency."""
+@registry.job(name="forkq.bench.work", queue=QUEUE, retry=False)
+def work(n: int, pushed: float | None = None) -> None:
+    """The benchmark's job body, the same as ``ruby/bench_worker.rb``'s: one pipelined INCR
+    + SETBIT (and, with ``pushed``, an RPUSH of its latency) on the processor's own client."""
+    now = time.time()
+    pipe = clients.default().redis.pipeline(transaction=False)
+    pipe.incr(phases.DONE)
+    pipe.setbit(phases.BITS, n, 1)
+    if pushed is not None:
+        pipe.rpush(phases.LATENCY, repr(now - pushed))
+    pipe.execute()
 
 
-def _record_latency(context: JobContext, call_next: Any) -> Any:
-    if context.name == "forkq.bench.noop" and context.args == ["latency"]:
-        _latencies.append(time.time() - float(context.payload["enqueued_at"]))
-    return call_next()
+@dataclass(frozen=True)
+class Options:
+    """What ``forkq bench`` was asked to do."""
+
+    jobs: int
+    concurrencies: list[int]
+    repeat: int
+    latency_samples: int
+    sidekiq: bool
+    redis_url: str | None
 
 
-def _flush_latencies() -> None:
-    if _latencies:
-        clients.default().redis.rpush(LATENCY_KEY, *map(repr, _latencies))
-        _latencies.clear()
-
-
-SERVER.add(_record_latency)
-hooks.on_child_exit(_flush_latencies)
-
-
-def run(*, jobs: int, concurrency: int, latency_samples: int, redis_url: str | None,
-        sidekiq: bool = False) -> int:
-    """Run the benchmark and print its figures; the exit status."""
+def run(options: Options) -> int:
+    """Run every repetition and print the table; the exit status (errors raise ForkqError,
+    after every process started has been stopped)."""
+    if options.sidekiq:
+        bench_sidekiq.check_installed()
     with tempfile.TemporaryDirectory(prefix="forkq-bench-") as tmp, \
-            server_url(tmp, redis_url) as url:
-        status = _measure(tmp, url, jobs, concurrency, latency_samples,
-                          embedded=redis_url is None)
-        if sidekiq and status == 0:
-            bench_sidekiq.run(redis.Redis.from_url(url, protocol=2), url, jobs=jobs,
-                             concurrency=concurrency, log_path=os.path.join(tmp, "sidekiq.log"))
-        return status
-
-
-def _measure(tmp: str, url: str, jobs: int, concurrency: int, samples: int,
-             *, embedded: bool) -> int:
-    r: redis.Redis = redis.Redis.from_url(url, protocol=2)
-    r.delete(LATENCY_KEY, keys.queue(QUEUE))
-    client = clients.Client(r)
-    version = r.info("server").get("valkey_version") or r.info("server")["redis_version"]
-    print(f"forkq bench: {jobs} no-op jobs, concurrency {concurrency}, "
-          f"server {version}{' (private)' if embedded else ''}")
-    with open(os.path.join(tmp, "daemon.log"), "wb") as log_file:
-        daemon = DaemonProcess(_write_config(tmp, url, concurrency), stderr=log_file)
-        return _phases(r, client, daemon, jobs=jobs, concurrency=concurrency, samples=samples)
-
-
-def _phases(r: redis.Redis, client: clients.Client, daemon: DaemonProcess, *, jobs: int,
-            concurrency: int, samples: int) -> int:
-    daemon.start()
-    try:
-        _push(client, "warmup", concurrency)
-        if not wait_for(lambda: _processed(r) >= concurrency, 30):
-            print("bench: the daemon did not start; see its log", file=sys.stderr)
-            return 1
-        _throughput(r, client, jobs)
-        _latency_phase(r, client, samples)
-        _idle_cost(r, concurrency)
-    finally:
-        daemon.stop()
-    _report_latency(r, samples)
+            server_url(tmp, options.redis_url) as url:
+        r: redis.Redis = redis.Redis.from_url(url, protocol=2)
+        try:
+            server_pid = _server_pid(r)
+            results = _columns(options, tmp, url, r)
+            for repetition in range(1, options.repeat + 1):
+                _repetition(options, results, tmp=tmp, url=url, r=r, server_pid=server_pid,
+                            number=repetition)
+            print(render(results, header=_header(options, r),
+                         notes=_notes(options, server_pid)))
+        finally:
+            r.close()
     return 0
 
 
-def _write_config(tmp: str, url: str, concurrency: int) -> str:
-    path = os.path.join(tmp, "bench.yml")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(f"concurrency: {concurrency}\nqueues: [{QUEUE}]\nrequire: forkq.tools.bench\n"
-                f"redis_url: {url}\nlog_level: warning\nscheduler: false\n")
-    return path
+def _systems(options: Options, tmp: str, url: str, r: redis.Redis) -> list[System]:
+    """Every configuration, forkq's first, in the order each repetition runs them."""
+    systems: list[System] = [ForkqSystem(tmp, url, c) for c in options.concurrencies]
+    if options.sidekiq:
+        systems += [bench_sidekiq.SidekiqSystem(tmp, url, r, processes=p, threads=t)
+                    for p, t in SIDEKIQ_SHAPES]
+    return systems
 
 
-def _push(client: clients.Client, phase: str, count: int) -> int:
-    pushed = 0
-    while pushed < count:
-        size = min(CHUNK, count - pushed)
-        client.push_bulk({"class": "forkq.bench.noop", "args": [[phase]] * size, "queue": QUEUE})
-        pushed += size
-    return (count + CHUNK - 1) // CHUNK * 2  # commands sent: SADD + LPUSH per chunk
+def _columns(options: Options, tmp: str, url: str, r: redis.Redis) -> Results:
+    results = Results()
+    for system in _systems(options, tmp, url, r):
+        results.add_column(system.label, system.side)
+    return results
 
 
-def _throughput(r: redis.Redis, client: clients.Client, jobs: int) -> None:
-    base = _processed(r)
-    calls_before, scripts_before = _total_calls(r), _script_calls(r)
-    started = time.perf_counter()
-    own = _push(client, "throughput", jobs) + 2
-    own += _progress(r, base, jobs, started)
-    elapsed = time.perf_counter() - started
-    per_job = (_total_calls(r) - calls_before - own) / jobs
-    trips = (_script_calls(r) - scripts_before) / jobs
-    print(f"throughput: {jobs} jobs in {elapsed:.2f} s = {jobs / elapsed:,.0f} jobs/s")
-    print(f"processor round trips per job while busy: {trips:.2f} "
-          f"({per_job:.2f} commands counting those inside the Lua script)")
+def _repetition(options: Options, results: Results, *, tmp: str, url: str, r: redis.Redis,
+                server_pid: int | None, number: int) -> None:
+    """One repetition: each side's client enqueueing, then each of its configurations."""
+    for side in ("forkq", "sidekiq"):
+        systems = [s for s in _systems(options, tmp, url, r) if s.side == side]
+        if not systems:
+            continue
+        _enqueue(side, url, options.jobs, results, first_column=systems[0].label)
+        for system in systems:
+            _progress(f"repetition {number}/{options.repeat}: {system.label} ...")
+            _configuration(r, system, options, results, server_pid)
 
 
-def _progress(r: redis.Redis, base: int, jobs: int, started: float) -> int:
-    """Show progress until ``jobs`` more are processed; the number of polls made."""
-    polls, tty = 0, sys.stderr.isatty()
-    last_line = 0.0
-    while True:
-        done = _processed(r) - base
-        polls += 1
-        now = time.perf_counter()
-        if tty or now - last_line >= 1.0 or done >= jobs:
-            bar = "#" * int(30 * done / jobs)
-            rate = done / max(now - started, 1e-9)
-            end = "\r" if tty and done < jobs else "\n"
-            print(f"  [{bar:<30}] {done}/{jobs} {rate:,.0f} jobs/s", end=end, file=sys.stderr,
-                  flush=True)
-            last_line = now
-        if done >= jobs:
-            return polls
-        time.sleep(0.05)
+def _enqueue(side: str, url: str, jobs: int, results: Results, *, first_column: str) -> None:
+    """Time the side's own client; the figures go under the side's first column."""
+    if side == "forkq":
+        one, bulk = phases.python_enqueue(url, jobs)
+    else:
+        figures = bench_sidekiq.ruby_enqueue(url, jobs, phases.CHUNK)
+        one, bulk = figures["one_by_one"], figures["bulk"]
+    results.record(first_column, "enqueue_one", one)
+    results.record(first_column, "enqueue_bulk", bulk)
+    _progress(f"{side} client enqueue: one by one {one:,.0f} jobs/s, bulk {bulk:,.0f} jobs/s")
 
 
-def _latency_phase(r: redis.Redis, client: clients.Client, samples: int) -> None:
-    base = _processed(r)
-    for n in range(samples):
-        client.push({"class": "forkq.bench.noop", "args": ["latency"], "queue": QUEUE})
-        wait_for(lambda n=n: _processed(r) - base > n, 5, interval=0.001)  # type: ignore[misc]
-        time.sleep(0.005)
+def _configuration(r: redis.Redis, system: System, options: Options, results: Results,
+                   server_pid: int | None) -> None:
+    """Start ``system`` once, measure it, stop it (also on failure), record its figures."""
+    try:
+        launch = phases.launch(r, system)
+        phases.warm_up(r, system)
+        drained = phases.drain(r, system, options.jobs, server_pid,
+                               progress=_drain_progress(options.jobs))
+        pss = bench_procs.tree_pss_mb(system.roots())
+        p50, p99 = phases.percentiles(
+            phases.idle_latency(r, system, options.latency_samples))
+    finally:
+        system.stop()
+        phases.clear(r)
+    figures = {"launch": launch, "drain": drained.jobs_per_second,
+               "cpu_workers": drained.workers_cpu_ms, "cpu_server": drained.server_cpu_ms,
+               "pss": pss, "p50": p50, "p99": p99}
+    for key, value in figures.items():
+        results.record(system.label, key, value)
+    server = "-" if drained.server_cpu_ms is None else f"{drained.server_cpu_ms:.3f}"
+    _progress(f"  {system.label}: launch {launch:.2f} s, drain {drained.jobs_per_second:,.0f} "
+              f"jobs/s, CPU ms/job workers {drained.workers_cpu_ms:.3f} server {server}, "
+              f"PSS {pss:.1f} MB, latency p50 {p50:.2f} ms p99 {p99:.2f} ms")
 
 
-def _idle_cost(r: redis.Redis, concurrency: int, seconds: float = 4.0) -> None:
-    before = _script_calls(r)
-    time.sleep(seconds)
-    per_child = (_script_calls(r) - before) / seconds / concurrency
-    print(f"idle: {per_child:.2f} fetches per processor per second")
+def _drain_progress(jobs: int) -> Callable[[int], None]:
+    """A callback showing the drain's progress on stderr about once a second."""
+    last = [time.monotonic()]
+
+    def show(count: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 1.0:
+            last[0] = now
+            _progress(f"    drained {count}/{jobs}")
+    return show
 
 
-def _report_latency(r: redis.Redis, samples: int) -> None:
-    values = sorted(float(v) * 1000 for v in r.lrange(LATENCY_KEY, 0, -1))
-    if not values:
-        print("latency: no samples recorded")
-        return
-    p50 = statistics.median(values)
-    p99 = values[min(len(values) - 1, int(len(values) * 0.99))]
-    print(f"latency, enqueue to start, idle daemon ({len(values)} of {samples} single pushes): "
-          f"p50 {p50:.2f} ms  p99 {p99:.2f} ms  max {values[-1]:.2f} ms")
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
-def _processed(r: redis.Redis) -> int:
-    return int(r.get(keys.STAT_PROCESSED) or 0)
+def _server_pid(r: redis.Redis) -> int | None:
+    """The server's pid when it runs on this machine (its command name says so)."""
+    pid = int(r.info("server")["process_id"])
+    name = bench_procs.command_name(pid) or ""
+    return pid if ("redis" in name or "valkey" in name) else None
 
 
-def _script_calls(r: redis.Redis) -> int:
-    stats = r.info("commandstats")
-    return sum(int(stats.get(name, {}).get("calls", 0)) for name in
-               ("cmdstat_evalsha", "cmdstat_eval"))
+def _header(options: Options, r: redis.Redis) -> str:
+    info = r.info("server")
+    server = (f"valkey {info['valkey_version']}" if "valkey_version" in info
+              else f"redis {info['redis_version']}")
+    private = " (private)" if options.redis_url is None else ""
+    return (f"forkq bench: {options.jobs} jobs/drain, {options.repeat} alternated "
+            f"repetition{'s' if options.repeat != 1 else ''} (median), job body: pipelined "
+            f"INCR + SETBIT, server {server}{private}")
 
 
-def _total_calls(r: redis.Redis) -> int:
-    stats = r.info("commandstats")
-    return sum(int(v["calls"]) for v in stats.values() if isinstance(v, dict))
+def _notes(options: Options, server_pid: int | None) -> list[str]:
+    notes = [f"latency: {options.latency_samples} single pushes to the idle system; "
+             f"enqueue: {options.jobs} jobs by the side's own client (forkq: Python, "
+             "sidekiq: Ruby), nothing consuming, shown under the side's first column"]
+    if options.sidekiq:
+        notes.append("forkq/sidekiq: forkq's best column over Sidekiq's best (highest rate, "
+                     "lowest cost or delay)")
+    if server_pid is None:
+        notes.append("the server is not a process on this machine: no server CPU figure")
+    return notes

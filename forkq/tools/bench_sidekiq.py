@@ -1,61 +1,119 @@
-"""``forkq bench --sidekiq``: the same no-op jobs through a real Ruby Sidekiq, for comparison.
+"""The Ruby side of ``forkq bench --sidekiq``: Debian's Sidekiq 6.4.1 as a :class:`System`,
+and Sidekiq's own client timed by a Ruby script.
 
-Starts ``sidekiq -c <concurrency> -r forkq/tools/ruby/noop_worker.rb`` (Debian's ruby-sidekiq)
-on the benchmark's server, pushes the jobs with forkq's client in the same bulk chunks,
-and times from the first push until the queue is empty and no job is busy. Sidekiq
-counts ``stat:processed`` only every 5 s, so the end is read from the queue length
-and the busy count in its process hash instead.
+:class:`SidekiqSystem` runs ``processes`` separate ``sidekiq -c <threads>`` commands
+(each its own Ruby process) with ``ruby/bench_worker.rb``, the same job body as forkq's,
+logging at WARN. A process counts as up once its identity (``host:<pid>:<nonce>``) is in
+the ``processes`` set. :func:`ruby_enqueue` runs ``ruby/bench_enqueue.rb``, which times
+``Sidekiq::Client.push`` and ``push_bulk`` and prints its figures as JSON.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
-import time
 from importlib import resources
+from typing import IO
 
 import redis
 
-from forkq import client as clients
+from forkq import keys
+from forkq.connection import text
 from forkq.errors import ForkqError
-from forkq.subprocesses import terminate, wait_for
+from forkq.subprocesses import terminate
+from forkq.tools.bench_systems import QUEUE
 
-QUEUE = "forkq-bench-rb"
-CHUNK = 1000
+INSTALL = "apt-get install -y ruby-sidekiq"
+STOP_TIMEOUT = 15.0
 
 
-def run(r: redis.Redis, url: str, *, jobs: int, concurrency: int, log_path: str) -> None:
-    """Measure Sidekiq and print one throughput line."""
-    sidekiq = shutil.which("sidekiq")
-    if sidekiq is None:
-        raise ForkqError("bench --sidekiq needs Ruby's Sidekiq: apt-get install -y ruby-sidekiq")
-    worker = str(resources.files("forkq.tools").joinpath("ruby/noop_worker.rb"))
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
-            [sidekiq, "-r", worker, "-q", QUEUE, "-c", str(concurrency), "-t", "5"],
-            env={**os.environ, "REDIS_URL": url}, stdout=log_file, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+def _ruby_file(name: str) -> str:
+    return str(resources.files("forkq.tools").joinpath(f"ruby/{name}"))
+
+
+def _which(command: str) -> str:
+    found = shutil.which(command)
+    if found is None:
+        raise ForkqError(f"bench --sidekiq needs Ruby's Sidekiq 6.4.1 ('{command}' is not on "
+                         f"PATH): {INSTALL}")
+    return found
+
+
+def check_installed() -> None:
+    """ForkqError with the fix when ``sidekiq`` or ``ruby`` is missing."""
+    _which("sidekiq")
+    _which("ruby")
+
+
+class SidekiqSystem:
+    """``processes`` Sidekiq processes of ``threads`` threads each on ``url``; their logs go to
+    ``<tmp>/sidekiq-<processes>x<threads>.log``."""
+
+    side = "sidekiq"
+    job_class = "ForkqBenchWork"
+
+    def __init__(self, tmp: str, url: str, r: redis.Redis, *, processes: int,
+                 threads: int) -> None:
+        self.label = f"sidekiq {processes}x{threads}"
+        self.workers = processes * threads
+        self.log_path = os.path.join(tmp, f"sidekiq-{processes}x{threads}.log")
+        self._url = url
+        self._r = r
+        self._count = processes
+        self._threads = threads
+        self._running: list[subprocess.Popen[bytes]] = []
+        self._log: IO[bytes] | None = None
+
+    def start(self) -> None:
+        """Spawn the Sidekiq processes."""
+        command = [_which("sidekiq"), "-r", _ruby_file("bench_worker.rb"), "-q", QUEUE,
+                   "-c", str(self._threads), "-t", "5"]
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        for _ in range(self._count):
+            self._running.append(subprocess.Popen(
+                command, env={**os.environ, "REDIS_URL": self._url}, stdout=self._log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+
+    def ready(self) -> bool:
+        """Every process has registered its identity in ``processes``."""
+        registered = {text(member).split(":")[-2] for member in self._r.smembers(keys.PROCESSES)
+                      if text(member).count(":") >= 2}
+        return all(str(pid) in registered for pid in self.roots())
+
+    def roots(self) -> list[int]:
+        """The Ruby processes' pids."""
+        return [process.pid for process in self._running]
+
+    def stop(self) -> None:
+        """TERM each process by pid, KILL after :data:`STOP_TIMEOUT`."""
         try:
-            _measure(r, jobs, concurrency)
+            for process in self._running:
+                if process.poll() is None:
+                    process.terminate()
+            for process in self._running:
+                terminate(process, STOP_TIMEOUT)
         finally:
-            terminate(process, 15)
+            self._running = []
+            if self._log is not None:
+                self._log.close()
+                self._log = None
 
 
-def _measure(r: redis.Redis, jobs: int, concurrency: int) -> None:
-    client = clients.Client(r)
-    if not wait_for(lambda: bool(r.smembers("processes")), 60):
-        raise ForkqError("sidekiq did not start; see its log")
-    started = time.perf_counter()
-    for offset in range(0, jobs, CHUNK):
-        size = min(CHUNK, jobs - offset)
-        client.push_bulk({"class": "ForkqBenchNoop", "args": [[]] * size, "queue": QUEUE})
-    wait_for(lambda: r.llen(f"queue:{QUEUE}") == 0 and _busy(r) == 0, 600, interval=0.01)
-    elapsed = time.perf_counter() - started
-    print(f"sidekiq {concurrency} threads: {jobs} jobs in {elapsed:.2f} s = "
-          f"{jobs / elapsed:,.0f} jobs/s")
-
-
-def _busy(r: redis.Redis) -> int:
-    return sum(int(r.hget(identity, "busy") or 0) for identity in r.smembers("processes"))
+def ruby_enqueue(url: str, jobs: int, chunk: int) -> dict[str, float]:
+    """``{"one_by_one": jobs/s, "bulk": jobs/s}`` of Sidekiq's Ruby client pushing ``jobs`` jobs
+    of the benchmark class to :data:`QUEUE` (the script deletes the queue after each part)."""
+    process = subprocess.Popen(
+        [_which("ruby"), _ruby_file("bench_enqueue.rb"), str(jobs), QUEUE, str(chunk)],
+        env={**os.environ, "REDIS_URL": url}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL)
+    try:
+        out, err = process.communicate(timeout=600)
+    finally:
+        terminate(process, 5)
+    if process.returncode != 0:
+        raise ForkqError(f"ruby bench_enqueue.rb exited {process.returncode}: "
+                         f"{err.decode(errors='replace')[-2000:]}")
+    figures: dict[str, float] = json.loads(out)
+    return figures

@@ -1,0 +1,185 @@
+"""The measurements of ``forkq bench``, the same for every system under test
+(:class:`~forkq.tools.bench_systems.System`).
+
+The benchmark job (forkq's in :mod:`forkq.tools.bench`, Sidekiq's in ``ruby/bench_worker.rb``)
+takes ``[n]`` or ``[n, pushed]`` and runs one pipelined ``INCR`` of :data:`DONE` + ``SETBIT``
+of :data:`BITS` bit ``n``; with ``pushed`` it also RPUSHes ``now - pushed`` to
+:data:`LATENCY`. The phases read the end of their work from that counter and that list, never
+from ``stat:processed`` (Sidekiq writes it only every 5 s).
+
+Keys: :data:`DONE`, :data:`BITS`, :data:`LATENCY`, :data:`STAGING`, ``queue:<QUEUE>`` (all
+cleared by :func:`clear`), and ``queues`` (``SADD`` only).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+
+from forkq import client as clients
+from forkq import keys
+from forkq import payload as payloads
+from forkq.errors import ForkqError
+from forkq.subprocesses import wait_for
+from forkq.tools import bench_procs
+from forkq.tools.bench_systems import QUEUE, System
+
+DONE = "forkq:bench:done"
+BITS = "forkq:bench:bits"
+LATENCY = "forkq:bench:latency"
+STAGING = "forkq:bench:staging"
+BIT_RANGE = 2**20
+CHUNK = 1000
+START_TIMEOUT = 60.0
+DRAIN_POLL = 0.005  # the end of a drain is read to within 5 ms; polling costs CPU too
+SETTLE = 0.3  # after the warm-up, for every worker to be back in its fetch
+
+
+def clear(r: redis.Redis) -> None:
+    """Delete the benchmark's keys (and nothing else)."""
+    r.delete(DONE, BITS, LATENCY, STAGING, keys.queue(QUEUE))
+
+
+def done(r: redis.Redis) -> int:
+    """How many benchmark jobs have run since :func:`clear`."""
+    return int(r.get(DONE) or 0)
+
+
+def encoded(job_class: str, first: int, count: int, now: float) -> list[str]:
+    """``count`` payloads with args ``[n]`` (n from ``first``), encoded as forkq's Client
+    encodes an immediate push (``enqueued_at`` = ``now``)."""
+    jobs = []
+    for n in range(first, first + count):
+        payload = payloads.build(job_class, [n % BIT_RANGE], queue=QUEUE, retry=False, now=now)
+        payload["enqueued_at"] = now
+        jobs.append(payloads.encode(payload))
+    return jobs
+
+
+def stage(r: redis.Redis, job_class: str, jobs: int) -> None:
+    """Put ``jobs`` payloads into :data:`STAGING`, where no worker looks."""
+    now = time.time()
+    pipe = r.pipeline(transaction=False)
+    for first in range(0, jobs, CHUNK):
+        pipe.lpush(STAGING, *encoded(job_class, first, min(CHUNK, jobs - first), now))
+    pipe.execute()
+
+
+def release(r: redis.Redis) -> float:
+    """Make the staged jobs visible to the workers in one command; the moment it returned
+    (``perf_counter``)."""
+    r.sadd(keys.QUEUES, QUEUE)
+    r.rename(STAGING, keys.queue(QUEUE))
+    return time.perf_counter()
+
+
+def launch(r: redis.Redis, system: System) -> float:
+    """With one job queued, start ``system``; seconds from the spawn until the job ran."""
+    clear(r)
+    clients.Client(r).push({"class": system.job_class, "args": [0], "queue": QUEUE,
+                            "retry": False})
+    started = time.perf_counter()
+    system.start()
+    if not wait_for(lambda: done(r) >= 1, START_TIMEOUT, interval=0.001):
+        raise ForkqError(f"{system.label}: the first job did not run within "
+                         f"{START_TIMEOUT:.0f} s")
+    return time.perf_counter() - started
+
+
+def warm_up(r: redis.Redis, system: System) -> None:
+    """Wait until every worker is up, run a few jobs per worker, let them go idle."""
+    if not wait_for(system.ready, START_TIMEOUT):
+        raise ForkqError(f"{system.label}: its workers did not all start")
+    base = done(r)
+    count = 4 * system.workers
+    clients.Client(r).push_bulk({"class": system.job_class, "args": [[n] for n in range(count)],
+                                 "queue": QUEUE, "retry": False})
+    if not wait_for(lambda: done(r) >= base + count, START_TIMEOUT, interval=0.01):
+        raise ForkqError(f"{system.label}: the warm-up jobs did not run")
+    time.sleep(SETTLE)
+
+
+@dataclass(frozen=True)
+class Drain:
+    """One drain: jobs/s, and CPU ms per job of the workers' trees and of the server."""
+
+    jobs_per_second: float
+    workers_cpu_ms: float
+    server_cpu_ms: float | None  # None when the server is not a process on this machine
+
+
+def drain(r: redis.Redis, system: System, jobs: int, server_pid: int | None, *,
+          progress: Callable[[int], None] | None = None) -> Drain:
+    """Stage ``jobs`` jobs, release them to the idle workers, wait until the last has run."""
+    clear(r)
+    stage(r, system.job_class, jobs)
+    roots = system.roots()
+    workers_before = bench_procs.tree_cpu_ticks(roots)
+    server_before = bench_procs.cpu_ticks(server_pid) if server_pid else 0
+    started = release(r)
+    while (count := done(r)) < jobs:
+        if time.perf_counter() - started > max(60.0, jobs / 100):
+            raise ForkqError(f"{system.label}: {count} of {jobs} jobs ran; gave up waiting")
+        if progress is not None:
+            progress(count)
+        time.sleep(DRAIN_POLL)
+    elapsed = time.perf_counter() - started
+    workers = bench_procs.tree_cpu_ticks(roots) - workers_before
+    server = bench_procs.cpu_ticks(server_pid) - server_before if server_pid else None
+    return Drain(jobs / elapsed, _ms_per_job(workers, jobs),
+                 None if server is None else _ms_per_job(server, jobs))
+
+
+def _ms_per_job(ticks: int, jobs: int) -> float:
+    return ticks / bench_procs.TICKS_PER_SECOND * 1000 / jobs
+
+
+def idle_latency(r: redis.Redis, system: System, samples: int) -> list[float]:
+    """Job start minus push time, in ms, of ``samples`` single pushes to the idle system,
+    each waited for, 2-5 ms apart."""
+    clear(r)
+    client = clients.Client(r)
+    values: list[float] = []
+    for n in range(samples):
+        client.push({"class": system.job_class, "args": [n, time.time()], "queue": QUEUE,
+                     "retry": False})
+        reply = r.blpop([LATENCY], timeout=10)
+        if reply is None:
+            raise ForkqError(f"{system.label}: a latency job did not run within 10 s")
+        values.append(float(reply[1]) * 1000)
+        time.sleep(random.uniform(0.002, 0.005))
+    return values
+
+
+def percentiles(values: list[float]) -> tuple[float, float]:
+    """(p50, p99) of ``values`` (nearest rank for p99)."""
+    ordered = sorted(values)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def python_enqueue(url: str, jobs: int) -> tuple[float, float]:
+    """(one by one, bulk) jobs/s of forkq's Python client pushing ``jobs`` jobs to :data:`QUEUE`
+    with nothing consuming it; the queue is deleted after each part."""
+    client = clients.Client(url=url)
+    try:
+        client.redis.delete(keys.queue(QUEUE))  # also opens the connection before the clock
+        item = {"class": "forkq.bench.work", "queue": QUEUE, "retry": False}
+        started = time.perf_counter()
+        for n in range(jobs):
+            client.push({**item, "args": [n]})
+        one_by_one = jobs / (time.perf_counter() - started)
+        client.redis.delete(keys.queue(QUEUE))
+        started = time.perf_counter()
+        for first in range(0, jobs, CHUNK):
+            stop = min(jobs, first + CHUNK)
+            client.push_bulk({**item, "args": [[n] for n in range(first, stop)]})
+        bulk = jobs / (time.perf_counter() - started)
+        client.redis.delete(keys.queue(QUEUE))
+        return one_by_one, bulk
+    finally:
+        client.redis.close()

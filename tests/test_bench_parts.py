@@ -1,0 +1,73 @@
+"""The benchmark's pure parts: the table's medians and ratio, /proc accounting, -c parsing."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+import pytest
+
+from forkq.cli import _int_list
+from forkq.tools import bench_procs
+from forkq.tools.bench_table import ROWS, Results, ratio, render
+
+DRAIN = next(row for row in ROWS if row.key == "drain")
+LATENCY = next(row for row in ROWS if row.key == "p50")
+
+
+def _results() -> Results:
+    results = Results()
+    for label, side, drains, p50s in [("forkq -c2", "forkq", [90, 100, 300], [2, 1, 3]),
+                                      ("forkq -c4", "forkq", [150, 50, 120], [5, 5, 5]),
+                                      ("sidekiq 1x10", "sidekiq", [200, 200, 10], [0.5, 1, 2])]:
+        results.add_column(label, side)
+        for drain, p50 in zip(drains, p50s, strict=True):
+            results.record(label, "drain", drain)
+            results.record(label, "p50", p50)
+    return results
+
+
+def test_a_cell_is_the_median_of_the_repetitions() -> None:
+    assert _results().median("forkq -c2", "drain") == 100
+    assert _results().median("forkq -c2", "pss") is None
+
+
+def test_the_ratio_takes_each_side_best_highest_rate_lowest_delay() -> None:
+    assert ratio(_results(), DRAIN) == pytest.approx(120 / 200)
+    assert ratio(_results(), LATENCY) == pytest.approx(2 / 1)
+
+
+def test_without_sidekiq_there_is_no_ratio_column() -> None:
+    results = Results()
+    results.add_column("forkq -c2", "forkq")
+    results.record("forkq -c2", "drain", 1234.4)
+    table = render(results, header="h")
+    assert "forkq/sidekiq" not in table
+    assert "drain jobs/s" in table and "1,234" in table
+
+
+@pytest.mark.process
+def test_the_tree_holds_a_child_and_its_cpu_and_pss_are_read() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    try:
+        assert child.pid in bench_procs.tree([os.getpid()])
+        assert bench_procs.tree([child.pid]) == [child.pid]
+        assert bench_procs.cpu_ticks(os.getpid()) > 0
+        assert bench_procs.tree_pss_mb([child.pid]) > 1
+        assert bench_procs.command_name(child.pid) is not None
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(10)
+    assert bench_procs.tree([child.pid]) == []
+    assert bench_procs.cpu_ticks(child.pid) == 0
+
+
+def test_concurrencies_are_a_comma_list_of_positive_integers() -> None:
+    assert _int_list("2,4,8") == [2, 4, 8]
+    for bad in ("", "2,,4", "0", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _int_list(bad)
