@@ -57,6 +57,7 @@ from forkq.setting_values import (
     Text,
     accept,
     at_least,
+    between,
     check_queues,
     check_redis_url,
     not_empty,
@@ -85,6 +86,7 @@ class Config:
     liveness_timeout: float = 30.0
     max_memory_mb: int = 0
     max_jobs: int = 0
+    fetch_batch: int = 4
     log_file: str = ""
     pid_file: str = ""
     scheduler: bool = True
@@ -180,6 +182,9 @@ SETTINGS: tuple[Setting, ...] = (
             doc="recycle a processor above this RSS after its job; 0 = none", check=at_least(0)),
     Setting(name="max_jobs", kind=INT, reload="children",
             doc="recycle a processor after this many jobs; 0 = none", check=at_least(0)),
+    Setting(name="fetch_batch", kind=INT, reload="children",
+            doc="jobs a processor may take in one fetch from a deep queue; 1 = one at a time",
+            check=between(1, 100)),
     Setting(name="log_file", kind=STR, reload="restart",
             doc="append log lines to this file (reopened on USR2); default stderr",
             flags=("--logfile",), metavar="PATH"),

@@ -167,6 +167,14 @@ def at_least(low: float) -> Callable[[Any], None]:
     return check
 
 
+def between(low: float, high: float) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if not low <= value <= high:
+            raise InvalidError(f"must be between {low} and {high}, got {value}")
+
+    return check
+
+
 def one_of(choices: Sequence[str]) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if value not in choices:

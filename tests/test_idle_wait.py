@@ -104,7 +104,7 @@ def test_taking_back_a_list_ends_its_holders_waiting_connection(r: redis.Redis) 
         waiter.send_command("BLMOVE", "queue:waiting", inflight, "RIGHT", "RIGHT", 0)
         until(lambda: int(r.info("clients")["blocked_clients"]) == 1)
         held = held_jobs.read(r, inflight)  # the holder is gone; its socket not yet seen closed
-        assert held == held_jobs.Held("waiting", None)
+        assert held == held_jobs.Held("waiting", None, 1)
         assert not [c for c in r.client_list() if c["name"] == name_for(inflight)]
         r.lpush("queue:waiting", "job")
         assert r.lrange("queue:waiting", 0, -1) == [b"job"]

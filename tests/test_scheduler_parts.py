@@ -367,5 +367,5 @@ def test_a_fetch_puts_its_in_flight_list_back_in_the_registry(r: redis.Redis) ->
     key = keys.inflight("cut:1:ffffffffffff", 7)
     r.lpush("queue:default", b"job")
     fetcher = Fetcher(r, key, queues=[("default", 1)], strict=True, rng=random.Random())
-    assert fetcher.ack_and_fetch(ack=None).job is not None
+    assert fetcher.ack_and_fetch(ack=None).jobs
     assert r.sismember(keys.INFLIGHT_REGISTRY, key)

@@ -230,8 +230,8 @@ def test_a_fetch_skips_a_wrong_typed_queue_and_takes_the_next(r: redis.Redis) ->
     fetcher = fetch.Fetcher(r, "forkq:inflight:h:1:dddddddddddd:4",
                             queues=[("default", 1), ("other", 1)], strict=True, rng=None)  # type: ignore[arg-type]
     found = fetcher.ack_and_fetch(ack=None)
-    assert found == fetch.Fetch(fetch.Fetched("other", b"job"), [("queue:default", "string")])
-    assert fetcher.ack_and_fetch(ack=b"job") == fetch.Fetch(None, [("queue:default", "string")])
+    assert found == fetch.Fetch([fetch.Fetched("other", b"job")], [("queue:default", "string")])
+    assert fetcher.ack_and_fetch(ack=b"job") == fetch.Fetch([], [("queue:default", "string")])
 
 
 def test_a_fetch_into_a_wrong_typed_in_flight_list_moves_nothing(r: redis.Redis) -> None:

@@ -71,11 +71,11 @@ def test_fetch_moves_the_oldest_job_into_the_inflight_list(r: redis.Redis) -> No
     r.lpush("queue:a", b"first", b"second")
     fetcher = _fetcher(r, [("a", 1)])
     got = fetcher.ack_and_fetch(ack=None)
-    assert got == fetch.Fetch(fetch.Fetched("a", b"first"), [])
+    assert got == fetch.Fetch([fetch.Fetched("a", b"first")], [])
     assert r.lrange("forkq:inflight:test:1", 0, -1) == [b"queue:a", b"first"]
-    assert fetcher.ack_and_fetch(ack=b"first").job == fetch.Fetched("a", b"second")
+    assert fetcher.ack_and_fetch(ack=b"first").jobs == [fetch.Fetched("a", b"second")]
     assert r.lrange("forkq:inflight:test:1", 0, -1) == [b"queue:a", b"second"]
-    assert fetcher.ack_and_fetch(ack=b"second").job is None
+    assert fetcher.ack_and_fetch(ack=b"second").jobs == []
     assert r.exists("forkq:inflight:test:1") == 0
     assert int(r.get("stat:processed") or 0) == 2
     daily = keys.daily(keys.STAT_PROCESSED, keys.utc_date())
@@ -86,19 +86,19 @@ def test_strict_fetch_takes_queues_in_order(r: redis.Redis) -> None:
     r.lpush("queue:low", b"l")
     r.lpush("queue:high", b"h")
     fetcher = _fetcher(r, [("high", 1), ("low", 1)])
-    assert fetcher.ack_and_fetch(ack=None).job == fetch.Fetched("high", b"h")
-    assert fetcher.ack_and_fetch(ack=b"h").job == fetch.Fetched("low", b"l")
+    assert fetcher.ack_and_fetch(ack=None).jobs == [fetch.Fetched("high", b"h")]
+    assert fetcher.ack_and_fetch(ack=b"h").jobs == [fetch.Fetched("low", b"l")]
 
 
 def test_a_call_repeated_after_a_lost_reply_loses_no_job(r: redis.Redis) -> None:
     """The script ran but its reply never arrived; the processor calls again, as it does."""
     r.lpush("queue:a", b"A", b"B", b"C")
     fetcher = _fetcher(r, [("a", 1)])
-    assert fetcher.ack_and_fetch(ack=None).job == fetch.Fetched("a", b"A")
+    assert fetcher.ack_and_fetch(ack=None).jobs == [fetch.Fetched("a", b"A")]
     fetcher.ack_and_fetch(ack=b"A")  # acks A, moves B in: this reply is "lost"
-    assert fetcher.ack_and_fetch(ack=b"A").job == fetch.Fetched("a", b"B")  # B, not deleted
-    assert fetcher.ack_and_fetch(ack=None).job == fetch.Fetched("a", b"B")  # nor stranded
-    assert fetcher.ack_and_fetch(ack=b"B").job == fetch.Fetched("a", b"C")
+    assert fetcher.ack_and_fetch(ack=b"A").jobs == [fetch.Fetched("a", b"B")]  # B, not deleted
+    assert fetcher.ack_and_fetch(ack=None).jobs == [fetch.Fetched("a", b"B")]  # nor stranded
+    assert fetcher.ack_and_fetch(ack=b"B").jobs == [fetch.Fetched("a", b"C")]
     assert r.lrange("forkq:inflight:test:1", 0, -1) == [b"queue:a", b"C"]
     assert int(r.get("stat:processed") or 0) == 2
 

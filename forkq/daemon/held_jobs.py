@@ -7,6 +7,8 @@ the in-flight lists of a dead daemon (:mod:`forkq.daemon.children.orphans`). Bot
 unregistered and its job is
 
 - requeued unchanged at the front of its queue (``count=False``: a child stopped as told);
+  jobs held behind it without being started (a batch) always go back unchanged, in order,
+  right behind it, and are never counted;
 - or its death is counted (``forkq:kills:<jid>``, kept 7 days; a key holding anything but a
   count restarts at 1) and it is requeued, until the :data:`KILL_LIMIT`-th death buries
   it in the dead set with a :class:`~forkq.errors.JobKilledError` (the poison pill):
@@ -51,10 +53,13 @@ class FencedError(Exception):
 
 @dataclass(frozen=True)
 class Held:
-    """What an in-flight list holds: the queue it names and its job, if any."""
+    """What an in-flight list holds: the queue its first pair names and that pair's job, if
+    any (the one its holder ran), and the list's length (jobs held behind the first one,
+    not started, make it longer: 2 per job)."""
 
     queue: str
     job: bytes | None
+    length: int = 0
 
 
 @dataclass(frozen=True)
@@ -74,9 +79,12 @@ def read(client: redis.Redis, inflight_key: str) -> Held:
     seen yet), so no job enters the list after this read. A server that refuses CLIENT LIST
     or KILL (an ACL without them) is reported once and the read goes on."""
     _end_waiters(client, inflight_key)
-    held = client.lrange(inflight_key, 0, 1)
+    with client.pipeline(transaction=False) as pipe:
+        pipe.lrange(inflight_key, 0, 1)
+        pipe.llen(inflight_key)
+        held, length = pipe.execute()
     queue = _queue_name(held[0]) if held else "default"
-    return Held(queue, raw(held[1]) if len(held) == 2 else None)
+    return Held(queue, raw(held[1]) if len(held) == 2 else None, int(length))
 
 
 def _end_waiters(client: redis.Redis, inflight_key: str) -> None:
@@ -111,7 +119,7 @@ def give_back(client: redis.Redis, inflight_key: str, held: Held, *, count: bool
         keys=[keys.LEADER, inflight_key, keys.INFLIGHT_REGISTRY, owner, keys.beats(owner),
               keys.kills(jid), keys.DEAD],
         args=[token or "", held.job or b"", mode, KILL_LIMIT, entry, keys.KILLS_TTL, repr(now),
-              repr(now - keys.DEAD_TIMEOUT), keys.DEAD_MAX_JOBS])
+              repr(now - keys.DEAD_TIMEOUT), keys.DEAD_MAX_JOBS, held.length])
     if isinstance(result, int):
         raise FencedError(result)
     outcome, deaths = result

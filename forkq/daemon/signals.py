@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import select
 import signal
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import FrameType
 
 
@@ -25,13 +25,17 @@ class SelfPipe:
         self._numbers = frozenset(int(s) for s in self.signals)
         self._read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._pending = False
+        self.on_signal: Callable[[], None] | None = None  # also called by the handler
         self._previous_fd = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
         for signum in self.signals:
             signal.signal(signum, self._record)
 
     def _record(self, signum: int, frame: FrameType | None) -> None:
-        """The handler: the wakeup fd has already recorded the signal; note that it has."""
+        """The handler: the wakeup fd has already recorded the signal; note that it has,
+        and call :attr:`on_signal` (which must only record or wake, as a handler does)."""
         self._pending = True
+        if self.on_signal is not None:
+            self.on_signal()
 
     @property
     def fd(self) -> int:

@@ -1,6 +1,6 @@
 -- fail.lua: file a failed (or unrunnable) job and release it from the in-flight list.
 --
--- KEYS[1]  this processor's in-flight list (emptied)
+-- KEYS[1]  this processor's in-flight list: its first pair is released
 -- KEYS[2]  the sorted set to file into: retry or dead (ignored when ARGV[1] is "drop")
 -- KEYS[3]  stat:processed   KEYS[4] stat:processed:<date>
 -- KEYS[5]  stat:failed      KEYS[6] stat:failed:<date>
@@ -17,7 +17,8 @@
 -- the failure too would run it twice). Counts one processed and one failed execution,
 -- as Sidekiq (best effort: a counter of the wrong type does not stop the filing).
 -- Refuses, changing nothing, when KEYS[2] is not a sorted set: the job stays held.
--- The release (DEL) is the first write: at maxmemory (noeviction) the filing goes through.
+-- The release (LPOP of the first pair; jobs held behind it stay) is the first write: at
+-- maxmemory (noeviction) the filing goes through.
 if redis.call("LINDEX", KEYS[1], 1) ~= ARGV[7] then
   return "gone"
 end
@@ -27,7 +28,7 @@ if ARGV[1] ~= "drop" then
     return redis.error_reply(bad)
   end
 end
-redis.call("DEL", KEYS[1])
+redis.call("LPOP", KEYS[1], 2)
 if ARGV[1] ~= "drop" then
   redis.call("ZADD", KEYS[2], ARGV[3], ARGV[2])
 end

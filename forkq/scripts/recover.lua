@@ -2,14 +2,16 @@
 -- or a dead daemon's (the leader's orphan sweep, a restart's recovery); caller:
 -- forkq/daemon/held_jobs.py.
 --
--- KEYS[1]  forkq:leader        KEYS[2]  the in-flight list: empty or {queue key, job}
+-- KEYS[1]  forkq:leader        KEYS[2]  the in-flight list: empty, {queue key}, or pairs
+--          {queue key, job, ...}: the first is the job its holder ran (or was about to),
+--          the others jobs it held without starting them (a batch, fetch.lua)
 -- KEYS[3]  forkq:inflight      KEYS[4]  <identity>, the owner's process hash
 -- KEYS[5]  forkq:beats:<identity>, its children's heartbeats
 -- KEYS[6]  forkq:kills:<jid>   KEYS[7]  dead
 -- ARGV[1]  the leader's owner token (fencing), or "" when the caller knows the owner gone
 --          (the master reaped its child; a restart proved its earlier incarnation gone on
 --          this host): then neither the lease nor the owner's records are checked
--- ARGV[2]  the job the caller saw in KEYS[2], or "" for none
+-- ARGV[2]  the first job the caller saw in KEYS[2], or "" for none
 -- ARGV[3]  "count": count this recovery as a death of the job (KEYS[6]);
 --          "bury": file ARGV[5] to the dead set now (a malformed job, raw bytes kept);
 --          "requeue": just requeue it (an empty list has nothing to requeue)
@@ -18,13 +20,16 @@
 -- ARGV[6]  TTL of KEYS[6], seconds
 -- ARGV[7]  now (the dead entry's score)   ARGV[8] trim dead entries scored at or below
 -- ARGV[9]  dead set size limit
+-- ARGV[10] the length of KEYS[2] the caller saw
 --
 -- Never from a live owner: with a token, nothing happens while KEYS[4] or KEYS[5] exists
 -- (both expire 60 s after the owner's last heartbeat); without, the caller has proved
 -- the owner's master and child gone (same kernel run, pid free or reused). Nothing
--- happens either if KEYS[2] no longer holds ARGV[2]. Otherwise the job goes back to the
--- right end of its queue (the next one fetched), or to the dead set at the death limit
--- (at once when malformed); KEYS[2] is deleted and unregistered. A first element that
+-- happens either if KEYS[2] no longer holds ARGV[2] first or changed length. Otherwise
+-- the jobs held without being started go back unchanged to the right end (the front) of
+-- their queues in the order they were held, then the first job goes back in front of them
+-- (the next one fetched), or to the dead set at the death limit (at once when malformed);
+-- only the first job's death is counted. KEYS[2] is deleted and unregistered. A first element that
 -- names no queue:<name> key sends the job to queue:default. Refuses, changing nothing,
 -- when the queue or KEYS[7] holds another type (KEYS[6] is forkq's own counter:
 -- count_death restarts it). Returns {outcome, deaths}: "requeued", "dead", "dropped" or
@@ -38,13 +43,17 @@ if ARGV[1] ~= "" then
     return -2
   end
 end
-local queue = queue_key(redis.call("LINDEX", KEYS[2], 0))
-local job = redis.call("LINDEX", KEYS[2], 1)
-if (job or "") ~= ARGV[2] then
+local list = redis.call("LRANGE", KEYS[2], 0, -1)
+local queue = queue_key(list[1])
+local job = list[2]
+if (job or "") ~= ARGV[2] or #list ~= tonumber(ARGV[10]) then
   return -3
 end
 if job then
   local bad = wrong_type(queue, "list") or wrong_type(KEYS[7], "zset")
+  for i = 3, #list - 1, 2 do
+    bad = bad or wrong_type(queue_key(list[i]), "list")
+  end
   if bad then
     return redis.error_reply(bad)
   end
@@ -70,6 +79,9 @@ if job then
       redis.call("ZREMRANGEBYSCORE", KEYS[7], "-inf", ARGV[8])
       redis.call("ZREMRANGEBYRANK", KEYS[7], 0, -(tonumber(ARGV[9]) + 1))
     end
+  end
+  for i = #list - (#list % 2) - 1, 3, -2 do  -- held, not started: the last one first
+    redis.call("RPUSH", queue_key(list[i]), list[i + 1])
   end
   if outcome == "requeued" then
     redis.call("RPUSH", queue, job)

@@ -68,6 +68,8 @@ class BeatThread:
         self.job: dict[str, Any] | None = None
         self.loops = 0  # turns of the main loop, for a child whose loop never blocks long
         self._title: Callable[[str], None] | None = None
+        self.on_turn: Callable[[], None] | None = None  # called in this thread each turn
+        self.held_jids: Callable[[], list[str]] | None = None  # for the TTIN dump
         self._titled = ""
         self._master_pid = master_pid
         self._orphan_grace = orphan_grace
@@ -112,6 +114,10 @@ class BeatThread:
             self._reopen = True
         self._wake()
 
+    def wake(self) -> None:
+        """Make the thread take a turn now (safe from a signal handler)."""
+        self._wake()
+
     def _wake(self) -> None:
         with contextlib.suppress(OSError):  # a full pipe already wakes the thread
             os.write(self._wake_write, b"!")
@@ -133,6 +139,11 @@ class BeatThread:
                 if logs.reopen():
                     log.info("log file reopened")
             self._check_master()
+            if self.on_turn is not None:
+                try:
+                    self.on_turn()
+                except Exception:  # the beats must go on
+                    log.exception("heartbeat thread: giving back held jobs failed")
             self._show_job()
             self.beat()
             self._sleep()
@@ -172,5 +183,8 @@ class BeatThread:
         doing = "idle" if job is None else (
             f"running {job['class']} jid={job['jid']} from queue {job['queue']} "
             f"for {time.time() - job['started']:.1f}s")
+        held = self.held_jids() if self.held_jids is not None else []
+        if held:
+            doing += f"; holding {len(held)} more, not started: {', '.join(held)}"
         frame = sys._current_frames().get(self._main or 0)
         log.warning("TTIN: %s\n%s", doing, logs.stack(frame))

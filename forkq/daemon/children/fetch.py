@@ -58,21 +58,25 @@ class Fetched:
 
 @dataclass(frozen=True)
 class Fetch:
-    """What one fetch found: the job (or None), and the queue keys it skipped because they
-    hold another type than a list, each with that type (the other queues keep flowing)."""
+    """What one fetch found: the jobs now held, in the order to run them (none, one, or a
+    batch from a deep queue), and the queue keys it skipped because they hold another type
+    than a list, each with that type (the other queues keep flowing)."""
 
-    job: Fetched | None
+    jobs: list[Fetched]
     skipped: list[tuple[str, str]]
 
 
-NOTHING = Fetch(None, [])
+NOTHING = Fetch([], [])
 
 
 class Fetcher:
-    """One processor's view of the queues: fetch, acknowledge. Built after the fork.
+    """One processor's view of the queues: fetch (up to ``batch`` jobs from a deep queue),
+    acknowledge. Built after the fork.
 
-    The key lists are built once: strict order and a single queue never change, and a
-    weighted order is a shuffle of a prepared list of keys."""
+    The queue orders are drawn here, one per job that may be taken: strict order and a
+    single queue never change (built once), a weighted order is a shuffle of a prepared
+    list. Acknowledgements of jobs completed while more are held are sent without waiting
+    (:meth:`ack_later`); their answers are read with the next fetch (:meth:`confirm`)."""
 
     def __init__(
         self,
@@ -82,27 +86,34 @@ class Fetcher:
         queues: Queues,
         strict: bool,
         rng: random.Random,
+        batch: int = 1,
     ) -> None:
-        self._script = script(redis_client, "fetch")
+        self._fetch = script(redis_client, "fetch")
+        self._ack = script(redis_client, "ack")
         self._direct = Direct(redis_client)
         self._inflight = inflight_key
         self._rng = rng
-        self._expanded = [keys.queue(name) for name, weight in queues for _ in range(weight)]
-        distinct = list(dict.fromkeys(keys.queue(name) for name, _ in queues))
-        self._fixed = distinct if strict or len(distinct) == 1 else None
+        self._batch = batch
+        names = list(dict.fromkeys(name for name, _ in queues))
+        self._keys = [keys.queue(name) for name in names]
+        position = {name: str(i + 1) for i, name in enumerate(names)}
+        self._expanded = [position[name] for name, weight in queues for _ in range(weight)]
+        fixed = strict or len(names) == 1
+        self._fixed = [",".join(position[name] for name in names)] * batch if fixed else None
         self._date_until = 0.0
         self._daily = ""
 
     @property
     def single_queue(self) -> str | None:
         """The one queue key fetched from, or None when there are several."""
-        return self._fixed[0] if self._fixed is not None and len(self._fixed) == 1 else None
+        return self._keys[0] if len(self._keys) == 1 else None
 
-    def order(self) -> list[str]:
-        """The queue keys to try on this fetch."""
+    def orders(self) -> list[str]:
+        """One queue order per job this fetch may take: 1-based indexes into the queue
+        keys, comma-separated (fetch.lua's ARGV[5..])."""
         if self._fixed is not None:
             return self._fixed
-        return shuffled_once(self._expanded, self._rng)
+        return [",".join(shuffled_once(self._expanded, self._rng)) for _ in range(self._batch)]
 
     def _daily_key(self) -> str:
         now = time.time()
@@ -111,28 +122,45 @@ class Fetcher:
             self._date_until = now - now % 86400 + 86400  # the next UTC midnight
         return self._daily
 
-    def close(self) -> None:
-        """Drop the fetch connection."""
-        self._direct.close()
-
     def ack_and_fetch(self, *, ack: bytes | None, fetch: bool = True, arm: bool = False) -> Fetch:
-        """Acknowledge ``ack`` (the completed job's bytes), then fetch the next job (``fetch``).
+        """Acknowledge ``ack`` (the completed job's bytes), then fetch (``fetch``).
 
         With ``arm`` (a single queue), finding nothing and skipping nothing leaves the
         in-flight list armed for :class:`~forkq.daemon.children.blocking_wait.BlockingWait`.
-        Safe to call again after a lost reply (see fetch.lua): the same job comes back.
+        Safe to call again after a lost reply (see fetch.lua): the same jobs come back.
         Raises redis.ResponseError naming the key when the in-flight list or the registry
         holds another type (nothing is fetched then).
         """
         result = self._direct.evalsha(
-            self._script,
+            self._fetch,
             [self._inflight, keys.STAT_PROCESSED, self._daily_key(), keys.INFLIGHT_REGISTRY,
-             *self.order()],
-            [ack or b"", "1" if fetch else "0", keys.DAILY_STAT_TTL, "1" if arm else "0"],
+             *self._keys],
+            [ack or b"", "1" if fetch else "0", keys.DAILY_STAT_TTL, "1" if arm else "0",
+             *self.orders()],
         )
         if not result:
             return NOTHING
-        queue_key, raw, *skipped = result
-        pairs = [(text(skipped[i]), text(skipped[i + 1])) for i in range(0, len(skipped), 2)]
-        job = Fetched(keys.queue_name(text(queue_key)), raw) if queue_key else None
-        return Fetch(job, pairs)
+        count = int(result[0])
+        held, rest = result[1:1 + 2 * count], result[1 + 2 * count:]
+        jobs = [Fetched(keys.queue_name(text(held[i])), held[i + 1])
+                for i in range(0, len(held), 2)]
+        return Fetch(jobs, [(text(rest[i]), text(rest[i + 1])) for i in range(0, len(rest), 2)])
+
+    def ack_later(self, raw: bytes) -> None:
+        """Acknowledge the completed job ``raw`` (the first of several held) without waiting:
+        the call is on its way to Redis when this returns (ack.lua; idempotent)."""
+        self._direct.send(self._ack, [self._inflight, keys.STAT_PROCESSED, self._daily_key()],
+                          [raw, keys.DAILY_STAT_TTL])
+
+    @property
+    def unconfirmed(self) -> int:
+        """Acknowledgements sent whose answers were not read yet."""
+        return self._direct.pending
+
+    def confirm(self) -> None:
+        """Read the answers to the acknowledgements sent (raises a refusal among them)."""
+        self._direct.answer()
+
+    def close(self) -> None:
+        """Drop the fetch connection."""
+        self._direct.close()

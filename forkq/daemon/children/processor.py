@@ -29,7 +29,9 @@ import logging
 import os
 import random
 import signal
+import threading
 import time
+from collections import deque
 from typing import Any
 
 import psutil
@@ -49,6 +51,7 @@ from forkq.daemon.refusal import Recurring, is_refusal
 from forkq.errors import EXIT_CHILD_BOOT, JobError
 from forkq.middleware import JobContext, ServerChain
 from forkq.registry import Registry
+from forkq.scripts import script
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +99,10 @@ class Processor:
             return EXIT_CHILD_BOOT
         while not self.stopping:
             self._guarded(self.loop_once)
-        while self._ack_pending is not None or self._failure is not None:
-            self._guarded(lambda: self._settle(fetch=False))
+        self._give_back_held()
+        while (self._ack_pending is not None or self._failure is not None
+               or self._fetcher.unconfirmed):
+            self._guarded(self._finish)
         hooks.run("child_exit")
         self._beat.stop()
         self._watch.close()
@@ -129,7 +134,13 @@ class Processor:
             queues=self.config.queues,
             strict=self.config.strict,
             rng=self._rng,
+            batch=self.config.fetch_batch,
         )
+        self._held: deque[Fetched] = deque()  # fetched with the running job, not started
+        self._held_lock = threading.Lock()
+        self._pipe.on_signal = self._beat.wake
+        self._beat.on_turn = self._on_beat_turn
+        self._beat.held_jids = self._held_jids
         single = self._fetcher.single_queue
         self._blocking = BlockingWait(self.redis, self.inflight_key, single) if single else None
         self._watch = QueueWatch(self.redis)
@@ -158,9 +169,63 @@ class Processor:
             return
         if not self._registered:
             self._register()
-        fetched = self._settle(fetch=True) or self._idle()
+        self._file_failure()
+        fetched = self._take_held() or self._settle(fetch=True) or self._idle()
         if fetched is not None:
             self._execute(fetched)
+
+    def _take_held(self) -> Fetched | None:
+        """The next job of the batch fetched, if any is still held (not given back)."""
+        with self._held_lock:
+            return self._held.popleft() if self._held else None
+
+    def _give_back_held(self) -> None:
+        """Give back at once the jobs held without being started (a stop, quiet, or the
+        master's death): from the main thread between jobs, or from the heartbeat thread
+        while a job runs. If Redis refuses or is away, the master gives them back when this
+        child has exited (the jobs are dropped from this child's hands either way)."""
+        with self._held_lock:
+            held, self._held = list(self._held), deque()
+        if not held:
+            return
+        try:
+            given = script(self.redis, "giveback")(keys=[self.inflight_key],
+                                                   args=[job.raw for job in held])
+        except redis.RedisError as exc:
+            log.warning("could not give back %d held jobs now (%s); they go back when this "
+                        "processor exits", len(held), exc)
+            return
+        log.info("gave back %d held jobs not started", int(given))
+
+    def _on_beat_turn(self) -> None:
+        """In the heartbeat thread: a stop request or the master's death gives back the held
+        jobs at once, though the main thread may be running a job for a long time."""
+        if self._pipe.pending or os.getppid() != self.master_pid:
+            self._give_back_held()
+
+    def _held_jids(self) -> list[str]:
+        """The jids of the jobs held, not started (for the TTIN dump)."""
+        with self._held_lock:
+            held = list(self._held)
+        return [_jid_of(job.raw) for job in held]
+
+    def _finish(self) -> None:
+        """At exit: file the last failure, read the acknowledgements' answers, acknowledge."""
+        self._file_failure()
+        self._fetcher.confirm()
+        self._settle(fetch=False)
+
+    def _file_failure(self) -> None:
+        """File the failure planned for the last job (after the acknowledgements sent before
+        it were answered: fail.lua releases the first pair of the in-flight list)."""
+        if self._failure is None:
+            return
+        self._fetcher.confirm()
+        if not failures.file(self.redis, self.inflight_key, self._failure,
+                             held=self._failed_job):
+            log.warning("not filing the failure: the job was recovered while this "
+                        "process was cut off from Redis, and is queued again")
+        self._failure = None
 
     def _idle(self) -> Fetched | None:
         """Wait for work: the job a blocking move brought (single queue), or None when it is
@@ -179,23 +244,22 @@ class Processor:
         return None
 
     def _settle(self, *, fetch: bool) -> Fetched | None:
-        """File a pending failure, then acknowledge and/or fetch."""
-        if self._failure is not None:
-            if not failures.file(self.redis, self.inflight_key, self._failure,
-                              held=self._failed_job):
-                log.warning("not filing the failure: the job was recovered while this "
-                            "process was cut off from Redis, and is queued again")
-            self._failure = None
+        """Acknowledge the last job and/or fetch: the first job fetched (the others of a
+        batch are held, to run next)."""
         if not fetch and self._ack_pending is None:
             return None
         arm = fetch and self._blocking is not None
         found = self._fetcher.ack_and_fetch(ack=self._ack_pending, fetch=fetch, arm=arm)
         self._ack_pending = None
         self._report_skipped(found.skipped)
-        self._armed = arm and found.job is None and not found.skipped
-        if found.job is not None and self._blocking is None:
+        self._armed = arm and not found.jobs and not found.skipped
+        if not found.jobs:
+            return None
+        if self._blocking is None:
             self._watch.pause()  # busy: no invalidations pile up for this connection
-        return found.job
+        with self._held_lock:
+            self._held.extend(found.jobs[1:])
+        return found.jobs[0]
 
     def _report_skipped(self, skipped: list[tuple[str, str]]) -> None:
         """Log each queue key the fetch skipped (once a minute), and when it is a list again."""
@@ -228,12 +292,22 @@ class Processor:
                         time.monotonic() - started, failures.error_class_name(exc),
                         failures.error_message(exc), failure.mode)
         else:
-            self._ack_pending = fetched.raw
+            self._acknowledge(fetched.raw)
             log.info("%s jid=%s done: %.3f sec", context.name, context.jid,
                      time.monotonic() - started)
         self._beat.job = None
         self._jobs_done += 1
         self._check_recycle()
+
+    def _acknowledge(self, raw: bytes) -> None:
+        """With more jobs held, acknowledge now without waiting (before the next starts);
+        else fold the acknowledgement into the next fetch."""
+        with self._held_lock:
+            more = bool(self._held)
+        if more:
+            self._fetcher.ack_later(raw)
+        else:
+            self._ack_pending = raw
 
     def _fail(self, fetched: Fetched, exc: BaseException, retry_in: Any) -> failures.Failure:
         """Plan where the failed job goes, from a clean copy of its bytes (as Sidekiq: the job
@@ -305,6 +379,13 @@ class Processor:
     def _role(self) -> str:
         return f"processor-{self.slot}"
 
+
+
+def _jid_of(raw: bytes) -> str:
+    try:
+        return payloads.jid(payloads.decode(raw))
+    except JobError:
+        return "?"
 
 
 def _timeout_of(payload: payloads.Payload) -> float:

@@ -15,6 +15,9 @@ in-flight list. By the :class:`Gone` record's ``cause``:
   :class:`~forkq.errors.JobTimeoutError` through the retry policy (retry set,
   then dead); a different job is requeued.
 
+Jobs the child held behind the one it ran (a batch, not started) always go back unchanged,
+in order, to the front of their queues, and their deaths are never counted.
+
 Whatever the cause, a held job that is no job (:class:`~forkq.errors.MalformedJobError`)
 goes to the dead set with its bytes kept, as a processor buries it.
 
@@ -29,7 +32,6 @@ from typing import Literal
 
 import redis
 
-from forkq import keys
 from forkq import payload as payloads
 from forkq.daemon import held_jobs
 from forkq.daemon.children import failures
@@ -74,7 +76,8 @@ def settle(
     if timeout is not None:
         failure, detail = timeout
         failures.file(client, gone.inflight_key, failure, held=held.job or b"")
-        client.srem(keys.INFLIGHT_REGISTRY, gone.inflight_key)
+        behind = held_jobs.read(client, gone.inflight_key)  # held, not started: back, unchanged
+        held_jobs.give_back(client, gone.inflight_key, behind, count=False, how=gone.how, now=now)
         return Settled(failure.mode, held.job or b"", detail)
     back = held_jobs.give_back(client, gone.inflight_key, held, count=gone.cause == "crash",
                                how=gone.how, now=now)
