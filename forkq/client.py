@@ -7,7 +7,9 @@ Wire protocol (Sidekiq's, docs/sidekiq-wire.md §2), one round trip per call:
 - scheduled (``at`` in the future): ``ZADD schedule <at> <json>``, without
   ``enqueued_at``; an ``at`` in the past pushes immediately.
 
-An ``at`` or interval below 1,000,000,000 is relative to now, as Sidekiq.
+An ``at`` or interval below 1,000,000,000 is relative to now, as Sidekiq. Each payload
+is encoded once, just before sending (:func:`forkq.payload.encode_bytes`), and the
+commands go out in one write (:func:`forkq.connection.round_trip`), never resent.
 
 A push never hangs: a client that builds its own connection gives every reply
 ``timeout`` seconds and every connect ``connect_timeout`` seconds (5 and 5 by default;
@@ -24,13 +26,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
 from forkq import keys
 from forkq import payload as payloads
-from forkq.connection import connect
+from forkq.connection import connect, round_trip
 from forkq.errors import EnqueueError
 from forkq.middleware import CLIENT, ClientChain
 
@@ -67,7 +69,7 @@ class Client:
         ``at``, ``jid`` and any other key (kept in the payload). Returns the jid, or None
         when a client middleware stopped the push."""
         now = time.time()
-        payload = self._prepare(item, now)
+        payload = self._prepare(_fields(item), item.get("args"), now)
         if payload is None:
             return None
         self._send([(payload, _at(item.get("at")))], now)
@@ -84,43 +86,54 @@ class Client:
         if isinstance(ats, Sequence) and len(ats) != len(arg_lists):
             raise ValueError("push_bulk: 'at' must have one entry per job")
         now = time.time()
+        fields = _fields(item)
         jobs: list[tuple[payloads.Payload, float | None]] = []
         for index, args in enumerate(arg_lists):
-            payload = self._prepare({**item, "args": args}, now)
+            payload = self._prepare(fields, args, now)
             if payload is not None:
                 jobs.append((payload, _at(ats[index] if isinstance(ats, Sequence) else ats)))
         self._send(jobs, now)
         return [str(payload["jid"]) for payload, _ in jobs]
 
-    def _prepare(self, item: Mapping[str, Any], now: float) -> payloads.Payload | None:
-        payload = _normalize(item, now)
+    def _prepare(self, fields: _Fields, args: Any, now: float) -> payloads.Payload | None:
+        """The payload to push, or None when a middleware stopped it.
+
+        Middleware only ever sees JSON-native payloads (as in Sidekiq, which checks
+        before its middleware); with no middleware the check is left to the one encode
+        in :meth:`_send`, which still comes before any I/O."""
+        payload = _build(fields, args, now)
+        if not self.middleware:
+            return payload
+        payloads.check(payload)
         return self.middleware.run(payload, lambda: payload)
 
     def _send(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> None:
-        """One pipeline: ZADD the future jobs; SADD + one LPUSH per queue for the rest.
+        """One round trip: ZADD the future jobs; SADD + one LPUSH per queue for the rest.
 
-        Raises :class:`EnqueueError` unless every job's command succeeded (the ``queues``
-        index is best effort: a job whose LPUSH succeeded is enqueued)."""
+        Each payload is encoded once, here, before anything is sent (TypeError/ValueError
+        for a value JSON cannot carry). Raises :class:`EnqueueError` unless every job's
+        command succeeded (the ``queues`` index is best effort: a job whose LPUSH
+        succeeded is enqueued)."""
         if not jobs:
             return
-        pipe = self.redis.pipeline(transaction=False)
+        commands: list[tuple[Any, ...]] = []
         carried: list[list[str]] = []  # the jids each command carries ([] for the index)
         immediate: dict[str, list[payloads.Payload]] = {}
         for payload, at in jobs:
             if at is not None and at > now:
-                pipe.zadd(keys.SCHEDULE, {payloads.encode(payload): at})
+                commands.append(("ZADD", keys.SCHEDULE, at, payloads.encode_bytes(payload)))
                 carried.append([payload["jid"]])
             else:
                 payload["enqueued_at"] = now
                 immediate.setdefault(payload["queue"], []).append(payload)
         for queue, batch in immediate.items():
-            pipe.sadd(keys.QUEUES, queue)
-            pipe.lpush(keys.queue(queue), *map(payloads.encode, batch))
+            commands += [("SADD", keys.QUEUES, queue),
+                         ("LPUSH", keys.queue(queue), *map(payloads.encode_bytes, batch))]
             carried += [[], [str(payload["jid"]) for payload in batch]]
-        jids = [jid for group in carried for jid in group]
         try:
-            results = pipe.execute(raise_on_error=False)
+            results = round_trip(self.redis, commands)
         except redis.RedisError as exc:
+            jids = [jid for group in carried for jid in group]
             sent = not _before_sending(exc)
             raise EnqueueError(f"not enqueued{' (or unknown)' if sent else ''}: {exc}",
                                enqueued=[], not_enqueued=[] if sent else jids,
@@ -147,22 +160,34 @@ def _before_sending(exc: redis.RedisError) -> bool:
     return isinstance(exc, redis.AuthenticationError) or "connecting to" in str(exc)
 
 
-def _normalize(item: Mapping[str, Any], now: float) -> payloads.Payload:
+class _Fields(NamedTuple):
+    """What the jobs of one push or push_bulk share, checked once."""
+
+    name: str
+    queue: str
+    retry: Any
+    extra: dict[str, Any]
+    jid: str | None
+
+
+def _fields(item: Mapping[str, Any]) -> _Fields:
+    """The shared fields of ``item``; TypeError/ValueError for a bad class or queue."""
     name = _class_name(item.get("class"))
-    args = item.get("args")
-    if not isinstance(args, (list, tuple)):
-        raise TypeError(f"job args must be a list, got {type(args).__name__}")
     queue = item.get("queue", "default")
     if not isinstance(queue, str) or not queue:
         raise ValueError(f"job queue must be a non-empty string, got {queue!r}")
     extra = {k: v for k, v in item.items() if k not in _BUILT_FIELDS}
-    payload = payloads.build(
-        name, args, queue=queue, retry=item.get("retry", True), options=extra, now=now
-    )
-    if isinstance(item.get("jid"), str):
-        payload["jid"] = item["jid"]
-    payloads.encode(payload)  # fail here, in the caller, on non-JSON-native args
-    return payload
+    jid = item.get("jid")
+    return _Fields(name, queue, item.get("retry", True), extra,
+                   jid if isinstance(jid, str) else None)
+
+
+def _build(fields: _Fields, args: Any, now: float) -> payloads.Payload:
+    """A fresh payload (its own dict and args list) for one job."""
+    if not isinstance(args, (list, tuple)):
+        raise TypeError(f"job args must be a list, got {type(args).__name__}")
+    return payloads.build(fields.name, args, queue=fields.queue, retry=fields.retry,
+                          options=fields.extra, now=now, jid=fields.jid)
 
 
 _BUILT_FIELDS = frozenset({"class", "args", "queue", "retry", "at", "jid", "created_at"})

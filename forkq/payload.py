@@ -50,14 +50,17 @@ def build(
     retry: bool | int = RETRY_DEFAULT,
     options: dict[str, Any] | None = None,
     now: float,
+    jid: str | None = None,
 ) -> Payload:
-    """A new payload in Sidekiq's key order: retry, queue, options, args, class, jid, created_at."""
+    """A new payload in Sidekiq's key order: retry, queue, options, args, class, jid, created_at.
+
+    ``jid`` defaults to a fresh one (:func:`new_jid`)."""
     payload: Payload = {"retry": retry, "queue": queue}
     if options:
         payload.update(options)
     payload["args"] = list(args)
     payload["class"] = name
-    payload["jid"] = new_jid()
+    payload["jid"] = new_jid() if jid is None else jid
     payload["created_at"] = now
     return payload
 
@@ -65,6 +68,17 @@ def build(
 def encode(payload: Payload) -> str:
     """Payload → JSON text identical to Ruby's; raises TypeError for non-JSON-native args."""
     return wirejson.dumps(payload)
+
+
+def encode_bytes(payload: Payload) -> bytes:
+    """:func:`encode` as the UTF-8 bytes that go to Redis (the client's one encode)."""
+    return wirejson.dumps_bytes(payload)
+
+
+def check(payload: Payload) -> None:
+    """Raise what :func:`encode` would raise (TypeError for non-JSON-native args), usually
+    without encoding."""
+    wirejson.check(payload)
 
 
 def decode(raw: str | bytes) -> Payload:

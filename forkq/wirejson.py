@@ -24,6 +24,18 @@ number so large it overflows to infinity), a lone UTF-16 surrogate (``"\\ud800"`
 or nesting deeper than :data:`MAX_NESTING` (Ruby's ``JSON`` default: 100 levels, so
 Sidekiq itself cannot parse such a job either). :func:`dumps` raises ValueError for
 the same nesting and non-finite floats.
+
+Two encoders, one output. The exact encoder (:func:`dumps_exact`, pure Python) implements
+the rules above for every value. :func:`dumps` first asks :func:`_plain` whether the value
+is one where the C-accelerated :mod:`json` encoder writes the very same bytes: only the
+exact types ``dict`` (``str`` keys), ``list``, ``tuple``, ``str``, ``int``, ``bool``,
+``None``, and floats that Python's ``repr`` and Ruby's ``Float#to_s`` both lay out in
+fixed notation (0.0, or ``1e-4 <= |x| < 1e15``), strings without lone surrogates, nested
+at most :data:`MAX_NESTING` deep. Strings go through the same ``encode_basestring`` either
+way. Anything else (a float outside that band, a subclass, an ``IntEnum``, a non-str key,
+a lone surrogate) takes the exact encoder, which writes it or raises. tests/test_fuzz.py
+checks that the two agree on generated values; tests/test_sidekiq_interop.py compares
+:func:`dumps` with Ruby.
 """
 
 from __future__ import annotations
@@ -43,10 +55,74 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def dumps(value: Any) -> str:
-    """Return ``value`` as Ruby's ``JSON.generate`` would write it."""
+    """Return ``value`` as Ruby's ``JSON.generate`` would write it (TypeError/ValueError
+    for what it cannot write, as :func:`dumps_exact`)."""
+    return _FAST.encode(value) if _plain(value, 1) else dumps_exact(value)
+
+
+def dumps_bytes(value: Any) -> bytes:
+    """:func:`dumps` as UTF-8 bytes: what goes over the wire."""
+    return dumps(value).encode("utf-8")
+
+
+def check(value: Any) -> None:
+    """Raise what :func:`dumps` would raise for ``value``, encoding it only when it is not
+    plainly JSON-native (the common case costs one walk over the value)."""
+    if not _plain(value, 1):
+        dumps_exact(value)
+
+
+def dumps_exact(value: Any) -> str:
+    """The reference encoder: every rule of this module in pure Python, for every value."""
     parts: list[str] = []
     _encode(value, parts, "$", 1)
     return "".join(parts)
+
+
+_FAST = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False,
+                         check_circular=False)  # _plain bounds the depth: no cycles get here
+_ATOMS = frozenset({int, bool, type(None)})
+_FIXED_LOW, _FIXED_HIGH = 1e-4, 1e15
+"""Floats in [low, high) have Ruby's and Python's fixed layout (decimal point position
+-3 to 15); both print the same shortest round-trip digits there."""
+
+
+def _plain(value: Any, depth: int) -> bool:
+    """Whether ``value`` (a container at nesting ``depth``) is one that the C encoder writes
+    exactly as Ruby would: exact JSON types only, strings valid UTF-8, floats in the band
+    where both languages write them alike, nesting within MAX_NESTING."""
+    kind = type(value)
+    if kind is str:
+        return value.isascii() or _is_utf8(value)
+    if kind in _ATOMS:
+        return True
+    if kind is float:
+        return bool(value == 0.0 or _FIXED_LOW <= abs(value) < _FIXED_HIGH)
+    if depth > MAX_NESTING:
+        return False
+    if kind is dict:
+        for key in value:
+            if type(key) is not str or not (key.isascii() or _is_utf8(key)):
+                return False
+        value = value.values()
+    elif kind is not list and kind is not tuple:
+        return False
+    for item in value:
+        kind = type(item)
+        if kind in _ATOMS or (kind is str and item.isascii()):
+            continue  # the common leaves, without a call
+        if not _plain(item, depth + 1):
+            return False
+    return True
+
+
+def _is_utf8(text: str) -> bool:
+    """False when ``text`` holds a lone surrogate (not encodable as UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def loads(text: str | bytes) -> Any:

@@ -3,14 +3,19 @@
 Whatever bytes arrive, :func:`forkq.payload.decode` gives a payload or raises
 :class:`~forkq.errors.MalformedJobError` and nothing else; whatever forkq then writes
 (a retry or dead entry, a stand-in for an unrunnable job, a due job's rewrite, an orphan's
-dead entry) parses back. No Redis here: these are the pure functions the daemon's loops
-call for every item.
+dead entry) parses back. The fast encoder path (Python's C ``json`` where it writes Ruby's
+bytes) writes exactly what the exact pure-Python encoder writes, and refuses what it
+refuses. No Redis here: these are the pure functions the daemon's loops call for every
+item.
 """
 
 from __future__ import annotations
 
+import enum
 import json
+import math
 import random
+import time
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -160,3 +165,60 @@ def test_loads_accepts_exactly_what_dumps_writes(value: Any) -> None:
         return
     assert text is not None, "loads accepted what dumps refuses"
     assert wirejson.dumps(decoded) == text
+
+
+# --- the fast encoder path -------------------------------------------------------------
+
+BAND_EDGES = [1e-4, math.nextafter(1e-4, 0.0), math.nextafter(1e-4, 1.0), 1e15,
+              math.nextafter(1e15, 0.0), 1e16, math.nextafter(1e16, 0.0), 1e-5, 0.0, -0.0,
+              999999999999999.9, 1234567890123456.0, 123456789012345680.0, 1e20, 1.5e-7, 0.1]
+FLOATS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True), st.floats(-2e16, 2e16),
+    st.floats(-1e-3, 1e-3), st.floats(1e9, 2e9),
+    st.sampled_from(BAND_EDGES).flatmap(lambda x: st.sampled_from([x, -x])))
+
+
+class _Text(str):
+    """A str subclass: the exact encoder takes it, the fast path must not."""
+
+
+class _Number(enum.IntEnum):
+    ONE = 1
+
+
+ODD = st.one_of(st.builds(_Text, st.text(max_size=5)), st.just(_Number.ONE),
+                st.just({1: "int key"}), st.just({"x": {2}}), st.just(b"bytes"))
+NATIVE = st.recursive(
+    st.one_of(SCALARS, FLOATS, ODD),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.tuples(inner, inner),
+                            st.dictionaries(TEXT, inner, max_size=4)),
+    max_leaves=16)
+
+
+def _outcome(encode: Any, value: Any) -> str | type[Exception]:
+    """What ``encode(value)`` gives: its text, or the type of what it raised."""
+    try:
+        return str(encode(value))
+    except (TypeError, ValueError) as exc:
+        return type(exc)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.one_of(NATIVE, DEEP))
+def test_the_fast_path_writes_the_exact_encoders_bytes(value: Any) -> None:
+    exact = _outcome(wirejson.dumps_exact, value)
+    assert _outcome(wirejson.dumps, value) == exact
+    assert _outcome(wirejson.check, value) == ("None" if isinstance(exact, str) else exact)
+    if isinstance(exact, str):
+        assert wirejson.dumps_bytes(value) == exact.encode("utf-8")
+    if wirejson._plain(value, 1):  # the C encoder's own output, not only dumps'
+        assert wirejson._FAST.encode(value) == exact
+
+
+def test_a_clients_payload_takes_the_fast_path() -> None:
+    payload = payloads.build("HardWorker", ["bob", 1, 2.5, {"k": [None, True]}, "é\u2028"],
+                             queue="default", options={"tags": ["a"]}, now=time.time())
+    payload["enqueued_at"] = time.time()
+    assert wirejson._plain(payload, 1)
+    assert not wirejson._plain({**payload, "args": [1e20]}, 1)
+    assert not wirejson._plain({**payload, "args": ["\ud800"]}, 1)

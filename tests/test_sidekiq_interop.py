@@ -216,6 +216,10 @@ def _floats(rng: random.Random) -> list[float]:
         9007199254740993.0, 12345678901234567.0, 99999999999999999.0, 0.30000000000000004,
         5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 1795238956.99455,
         1795238956.9948127, 1795242556.9961734, 1795238991.4271178, 1795239322.3189404,
+        1.5e-7, 123456789012345680.0, -1e16,
+        # the edges of the band wirejson.dumps hands to Python's C encoder
+        math.nextafter(1e-4, 0.0), math.nextafter(1e-4, 1.0), math.nextafter(1e15, 0.0),
+        -math.nextafter(1e15, 0.0), 999999999999999.9, 0.00010000000000000002,
     ]
     now = time.time()
     out = [*fixed, now, -now]
@@ -275,6 +279,8 @@ def _values() -> list[Any]:
     job["enqueued_at"] = time.time()
     failures.record_error(job, "ValueError", 'bad "x"\n\tat line 1', time.time())
     values.append(job)
+    values.append({"args": ["a/b", "\u2028\u2029", "\U0001f600", "\x00\x1f\x7f", "</script>"],
+                   "at": [0.1, 1e20, 1.5e-7, -0.0, 1e16, 123456789012345680.0, 1e-4, 1e15]})
     return values
 
 
@@ -291,7 +297,7 @@ def test_wirejson_matches_ruby_json_generate() -> None:
     mismatches = [
         (value, ours, theirs)
         for value, theirs in zip(values, ruby_lines, strict=True)
-        if (ours := wirejson.dumps(value)) != theirs
+        if (ours := wirejson.dumps(value)) != theirs or wirejson.dumps_exact(value) != theirs
     ]
     report = "\n".join(f"value {v!r}\n  forkq {o!r}\n  ruby  {t!r}" for v, o, t in mismatches[:20])
     assert not mismatches, f"{len(mismatches)} of {len(values)} differ:\n{report}"

@@ -11,6 +11,7 @@ import zlib
 from collections import Counter
 
 import pytest
+import redis.utils
 
 from forkq import payload as job
 from forkq import wirejson
@@ -49,6 +50,11 @@ def test_non_json_arguments_are_refused_with_their_path() -> None:
         wirejson.dumps([float("nan")])
     with pytest.raises(TypeError, match=r"\$\[0\]: string is not valid UTF-8"):
         wirejson.dumps(["\ud800"])
+
+
+def test_redis_py_parses_replies_with_hiredis() -> None:
+    """hiredis is one of forkq's dependencies: redis-py uses its C parser."""
+    assert redis.utils.HIREDIS_AVAILABLE
 
 
 def test_epoch_timestamps_stay_decimal() -> None:

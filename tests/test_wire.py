@@ -7,9 +7,10 @@ import random
 import re
 import time
 
+import pytest
 import redis
 
-from forkq import keys
+from forkq import keys, wirejson
 from forkq import payload as payloads
 from forkq.client import Client
 from forkq.daemon import held_jobs
@@ -59,6 +60,36 @@ def test_client_middleware_can_change_or_stop_a_push(r: redis.Redis) -> None:
     assert client.push({"class": "X", "args": ["drop"]}) is None
     assert client.push({"class": "X", "args": ["keep"]})
     assert [json.loads(x)["tag"] for x in r.lrange("queue:default", 0, -1)] == [1]
+
+
+def test_bad_args_raise_in_the_caller_before_anything_is_sent(r: redis.Redis) -> None:
+    seen: list[payloads.Payload] = []
+    chain: Chain[payloads.Payload, payloads.Payload] = Chain()
+    chain.add(lambda p, nxt: (seen.append(p), nxt())[1])
+    for client in (Client(r), Client(r, middleware=chain)):
+        for bad in ({1, 2}, "lone \ud800", float("nan"), b"bytes"):
+            with pytest.raises((TypeError, ValueError)):
+                client.push({"class": "X", "args": [bad]})
+            with pytest.raises((TypeError, ValueError)):
+                client.push_bulk({"class": "X", "args": [[1], [bad], [3]]})
+    # only the good job ahead of the bad one in each push_bulk: Sidekiq checks first too
+    assert [p["args"] for p in seen] == [[1]] * 4
+    chain.add(lambda p, nxt: (p.update(tag=object()), nxt())[1])
+    with pytest.raises(TypeError, match=r"\$\.tag"):
+        Client(r, middleware=chain).push({"class": "X", "args": [1]})
+    assert r.keys("*") == []
+
+
+def test_pushed_bytes_are_the_exact_encoders(r: redis.Redis) -> None:
+    args = [1e20, 1.5e-7, 0.1, -0.0, 1e16, 2**70, "é/\u2028\U0001f600\x01", {"k": (1, None)}]
+    Client(r).push({"class": "X", "args": args, "queue": "exact"})
+    Client(r).push_bulk({"class": "X", "args": [args, [1.0]], "queue": "exact"})
+    Client(r).push({"class": "X", "args": args, "at": 3600})
+    raws = r.lrange("queue:exact", 0, -1) + r.zrange("schedule", 0, -1)
+    assert len(raws) == 4
+    for raw in raws:
+        assert raw == wirejson.dumps_exact(wirejson.loads(raw)).encode("utf-8")
+    assert b'"args":[1.0e+20,1.5e-07,0.1,-0.0,1.0e+16,' in raws[-1]
 
 
 def _fetcher(r: redis.Redis, queues: list[tuple[str, int]], strict: bool = True
