@@ -152,3 +152,16 @@ class Lag(Job, name="Lag"):
     def perform(self, *args: Any) -> None:
         _note("test:lag", jid=self.jid, lag=time.time() - float(self.payload["enqueued_at"]),
               pid=os.getpid())
+
+
+class Hold(Job, name="Hold"):
+    """Sleeps ``seconds`` the first time it runs (per ``marker``), at once after that;
+    records each start and completion in ``test:ran`` order."""
+
+    def perform(self, marker: str, seconds: float) -> None:
+        r = clients.default().redis
+        first = r.set(f"test:hold:{marker}", 1, nx=True)
+        _note("test:started", marker=marker, jid=self.jid, pid=os.getpid())
+        if first:
+            time.sleep(seconds)
+        _note("test:ran", marker=marker, jid=self.jid, pid=os.getpid(), args=[marker])

@@ -131,16 +131,20 @@ def test_a_killed_childs_job_completes_in_a_replacement(r: redis.Redis,
 
 
 @pytest.mark.slow
-def test_random_child_kills_lose_no_job(r: redis.Redis, daemon: Any) -> None:
-    total = 2000
+@pytest.mark.parametrize(("total", "longest", "gap"), [(2000, 0.01, 0.15), (20_000, 0.0, 0.1)],
+                         ids=["2000-jobs-of-ms", "20000-short-jobs"])
+def test_random_child_kills_lose_no_job(r: redis.Redis, daemon: Any, total: int,
+                                        longest: float, gap: float) -> None:
+    # batched fetch is on (fetch_batch 4 by default): a killed child holds up to 4 jobs
     Client(r).push_bulk({"class": "Sleep",
-                         "args": [[random.uniform(0.001, 0.01), str(n)] for n in range(total)]})
+                         "args": [[random.uniform(longest / 10, longest), str(n)]
+                                  for n in range(total)]})
     d = daemon("concurrency: 4\nrequire: jobs\nlog_level: warning\n")
     d.wait_children(4)
     killed: set[int] = set()
     rng = random.Random(2)
     while len(killed) < 20:
-        time.sleep(0.15)
+        time.sleep(gap)
         candidates = [c.pid for c in d.children() if c.pid not in killed]
         if candidates:
             victim = rng.choice(candidates)

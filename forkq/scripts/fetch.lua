@@ -13,7 +13,8 @@
 -- ARGV[4]   "1": when nothing was found and no queue key was skipped, arm KEYS[1] for a
 --           blocking move from KEYS[5]: KEYS[1] becomes {KEYS[5]} (registered), so that
 --           BLMOVE KEYS[5] KEYS[1] RIGHT RIGHT makes it {queue key, job} in one step
--- ARGV[5..] one queue order per job that may be taken (at most fetch_batch of them): the
+-- ARGV[5]  the depth from which a queue counts as deep (fetch_batch x concurrency)
+-- ARGV[6..] one queue order per job that may be taken (at most fetch_batch of them): the
 --           1-based indexes into KEYS[5..] to try, comma-separated ("2,1,3"), drawn by the
 --           caller (weighted shuffle or strict order) for that job
 --
@@ -26,8 +27,8 @@
 --
 -- Batching: the first job is taken from the first non-empty queue of the first order; job
 -- k (k > 1) is taken by order k the same way, but only while the queue it would come from
--- still holds at least as many jobs as there are orders (a deep queue): a shallow queue is
--- left to the other processors. Each job moves from the right (oldest) end of its queue to
+-- still holds at least ARGV[5] jobs (a deep queue: every processor could take a batch from
+-- it): a shallow queue is shared, one job each, by the processors. Each job moves from the right (oldest) end of its queue to
 -- the end of KEYS[1] with its queue's name, so a crash at any moment leaves it recoverable
 -- (recover.lua) and never only in a process's memory. KEYS[1] is (re)added to the registry
 -- with every fetch that moves a job in, so a list the leader's orphan sweep removed from
@@ -60,10 +61,11 @@ if #held >= 2 then
 end
 redis.call("DEL", KEYS[1])  -- empty, armed, or a stray element no fetch wrote
 local taken, skipped, kinds = {}, {}, {}
-local orders = #ARGV - 4
+local orders = #ARGV - 5
+local deep = tonumber(ARGV[5])
 for k = 1, orders do
   local got = false
-  for index in string.gmatch(ARGV[4 + k], "%d+") do
+  for index in string.gmatch(ARGV[5 + k], "%d+") do
     local queue = KEYS[4 + tonumber(index)]
     if queue and not kinds[queue] then
       -- the first job is popped at once; a further one only from a deep queue
@@ -73,7 +75,7 @@ for k = 1, orders do
         kinds[queue] = redis.call("TYPE", queue)["ok"]
         skipped[#skipped + 1] = queue
       elseif job or (k > 1 and length > 0) then
-        if k > 1 and length < orders then
+        if k > 1 and length < deep then
           break  -- a shallow queue: this batch ends here
         end
         taken[#taken + 1] = queue

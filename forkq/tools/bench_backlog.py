@@ -39,7 +39,7 @@ class Peak:
         """Keep the largest ``field`` among ``clients``."""
         for entry in clients:
             value = int(entry.get(self.field, 0))
-            if value > self.value:
+            if value > self.value or not self.client:  # the first client seen, at least
                 self.value = value
                 self.client = (f"id={entry.get('id')} name={entry.get('name') or '-'} "
                                f"cmd={entry.get('cmd')} flags={entry.get('flags')}")

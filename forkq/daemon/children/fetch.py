@@ -70,8 +70,8 @@ NOTHING = Fetch([], [])
 
 
 class Fetcher:
-    """One processor's view of the queues: fetch (up to ``batch`` jobs from a deep queue),
-    acknowledge. Built after the fork.
+    """One processor's view of the queues: fetch (up to ``batch`` jobs from a queue that
+    still holds at least ``deep`` jobs), acknowledge. Built after the fork.
 
     The queue orders are drawn here, one per job that may be taken: strict order and a
     single queue never change (built once), a weighted order is a shuffle of a prepared
@@ -87,6 +87,7 @@ class Fetcher:
         strict: bool,
         rng: random.Random,
         batch: int = 1,
+        deep: int = 1,
     ) -> None:
         self._fetch = script(redis_client, "fetch")
         self._ack = script(redis_client, "ack")
@@ -94,6 +95,7 @@ class Fetcher:
         self._inflight = inflight_key
         self._rng = rng
         self._batch = batch
+        self._deep = str(max(deep, batch))
         names = list(dict.fromkeys(name for name, _ in queues))
         self._keys = [keys.queue(name) for name in names]
         position = {name: str(i + 1) for i, name in enumerate(names)}
@@ -136,7 +138,7 @@ class Fetcher:
             [self._inflight, keys.STAT_PROCESSED, self._daily_key(), keys.INFLIGHT_REGISTRY,
              *self._keys],
             [ack or b"", "1" if fetch else "0", keys.DAILY_STAT_TTL, "1" if arm else "0",
-             *self.orders()],
+             self._deep, *self.orders()],
         )
         if not result:
             return NOTHING

@@ -135,6 +135,7 @@ class Processor:
             strict=self.config.strict,
             rng=self._rng,
             batch=self.config.fetch_batch,
+            deep=self.config.fetch_batch * self.config.concurrency,
         )
         self._held: deque[Fetched] = deque()  # fetched with the running job, not started
         self._held_lock = threading.Lock()

@@ -9,6 +9,9 @@ require "json"
 require "sidekiq"
 
 Sidekiq.logger.level = Logger::WARN
+# redis-rb 4.8 (Debian's) warns on stderr about Sidekiq 6.4.1's pipelined calls on every
+# push; the warning is not Sidekiq's work, so it is silenced as a deployment would.
+Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
 
 jobs = Integer(ARGV.fetch(0))
 queue = ARGV.fetch(1)

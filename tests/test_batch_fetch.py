@@ -1,0 +1,146 @@
+"""Batched reliable fetch: a processor takes up to ``fetch_batch`` jobs from a deep queue.
+
+The jobs it holds without having started them go back unchanged, in order, at the front
+of their queue when it is killed (only the running one may run twice, and only its death
+counts), and at once when the daemon is told to quiet or stop, while the running one goes
+on. TTIN tells them apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from forkq import keys
+from forkq.client import Client
+from forkq.daemon import held_jobs
+from forkq.daemon.children import fetch
+
+from .conftest import records, until
+
+BATCH = "concurrency: 1\nfetch_batch: 4\ntimeout: 20\nrequire: jobs\nlog_level: info\n"
+
+
+def _start_holding(r: redis.Redis, daemon: Any) -> tuple[Any, str, list[bytes]]:
+    """A daemon whose one processor runs a long Hold job and holds three more jobs."""
+    client = Client(r)
+    hold = client.push({"class": "Hold", "args": ["h", 30]})
+    assert hold is not None
+    client.push_bulk({"class": "Record", "args": [[n] for n in range(10)]})
+    d = daemon(BATCH)
+    until(lambda: len(records(r, "test:started")) == 1, 15, lambda: d.log())
+    [inflight] = [k for k in r.keys("forkq:inflight:*:*")]
+    held = r.lrange(inflight, 0, -1)
+    assert len(held) == 8, held  # the running Hold and three Records, with their queues
+    assert [json.loads(job)["args"] for job in held[3::2]] == [[0], [1], [2]]
+    return d, hold, held
+
+
+def _record_order(r: redis.Redis) -> list[Any]:
+    return [row["args"][0] for row in records(r)]
+
+
+def test_a_killed_processor_s_held_jobs_go_back_in_order_and_run_once(
+        r: redis.Redis, daemon: Any) -> None:
+    d, hold, _ = _start_holding(r, daemon)
+    victim = records(r, "test:started")[0]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    until(lambda: len(records(r)) == 11, 20, lambda: d.log())
+    # the running job goes back first (and runs again); the held ones follow, once, in order
+    assert _record_order(r) == ["h", *range(10)]
+    starts = [row["marker"] for row in records(r, "test:started")]
+    assert starts == ["h", "h"]
+    assert r.get(keys.kills(hold)) == b"1"
+    assert len(r.keys("forkq:kills:*")) == 1, "only the running job's death counts"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTSTP, signal.SIGTERM], ids=["quiet", "stop"])
+def test_quiet_and_stop_give_back_held_jobs_at_once(r: redis.Redis, daemon: Any,
+                                                    signum: signal.Signals) -> None:
+    d, _, held = _start_holding(r, daemon)
+    d.signal(signal.SIGTTIN)
+    until(lambda: "holding 3 more, not started" in d.log(), 5, lambda: d.log())
+    d.signal(signum)
+    # the three held Records are back at the front (right end) of the queue, in order,
+    # while the Hold job still runs
+    until(lambda: r.lrange("queue:default", -3, -1) == [held[7], held[5], held[3]], 5,
+          lambda: f"{r.lrange('queue:default', -3, -1)}\n{d.log()}")
+    assert len(records(r)) == 0 and d.alive()
+    [inflight] = [k for k in r.keys("forkq:inflight:*:*")]
+    assert r.lrange(inflight, 0, -1) == held[:2]
+    assert "gave back 3 held jobs not started" in d.log()
+
+
+# --- the scripts, on the session's server ------------------------------------------------
+
+INFLIGHT = "forkq:inflight:test:1"
+
+
+def _batcher(r: redis.Redis, queues: list[tuple[str, int]], batch: int = 3,
+             strict: bool = True) -> fetch.Fetcher:
+    return fetch.Fetcher(r, INFLIGHT, queues=queues, strict=strict, rng=random.Random(1),
+                         batch=batch)
+
+
+def _names(found: fetch.Fetch) -> list[tuple[str, bytes]]:
+    return [(job.queue, job.raw) for job in found.jobs]
+
+
+def test_a_deep_queue_gives_a_batch_oldest_first_and_a_shallow_one_a_single_job(
+        r: redis.Redis) -> None:
+    r.lpush("queue:a", *[f"a{n}".encode() for n in range(6)])  # a0 is the oldest
+    fetcher = _batcher(r, [("a", 1)])
+    assert _names(fetcher.ack_and_fetch(ack=None)) == [("a", b"a0"), ("a", b"a1"), ("a", b"a2")]
+    assert r.lrange(INFLIGHT, 0, -1) == [b"queue:a", b"a0", b"queue:a", b"a1", b"queue:a", b"a2"]
+    fetcher.ack_later(b"a0")
+    fetcher.ack_later(b"a0")  # sent twice (a resend): removes nothing more
+    fetcher.ack_later(b"a1")
+    fetcher.confirm()
+    assert r.lrange(INFLIGHT, 0, -1) == [b"queue:a", b"a2"]
+    assert r.get("stat:processed") == b"2"
+    # a2 is acknowledged with the fetch; 3 are left: one job only (the queue is shallow)
+    assert _names(fetcher.ack_and_fetch(ack=b"a2")) == [("a", b"a3")]
+    assert r.get("stat:processed") == b"3"
+
+
+def test_a_batch_skips_a_wrong_typed_queue_and_honours_the_order_per_job(
+        r: redis.Redis) -> None:
+    r.set("queue:bad", "x")
+    r.lpush("queue:low", *[f"l{n}".encode() for n in range(5)])
+    r.lpush("queue:high", b"h0")
+    fetcher = _batcher(r, [("bad", 1), ("high", 1), ("low", 1)])
+    found = fetcher.ack_and_fetch(ack=None)
+    # strict: high first; then high is empty, so low (deep) gives the rest
+    assert _names(found) == [("high", b"h0"), ("low", b"l0"), ("low", b"l1")]
+    assert found.skipped == [("queue:bad", "string")]
+
+
+def test_settling_a_batch_into_a_wrong_typed_queue_refuses_and_changes_nothing(
+        r: redis.Redis) -> None:
+    held = [b"queue:a", b'{"class":"X","args":[],"jid":"j1"}', b"queue:bad", b"held-2"]
+    r.rpush(INFLIGHT, *held)
+    r.set("queue:bad", "x")
+    seen = held_jobs.read(r, INFLIGHT)
+    with pytest.raises(redis.ResponseError, match="queue:bad"):
+        held_jobs.give_back(r, INFLIGHT, seen, count=False, how="exited", now=time.time())
+    assert r.lrange(INFLIGHT, 0, -1) == held
+    r.delete("queue:bad")
+    back = held_jobs.give_back(r, INFLIGHT, seen, count=False, how="exited", now=time.time())
+    assert back.outcome == "requeued" and not r.exists(INFLIGHT)
+    assert r.lrange("queue:a", 0, -1) == [held[1]] and r.lrange("queue:bad", 0, -1) == [b"held-2"]
+
+
+def test_a_list_changed_since_it_was_read_is_not_settled(r: redis.Redis) -> None:
+    r.rpush(INFLIGHT, b"queue:a", b"j1", b"queue:a", b"j2")
+    seen = held_jobs.read(r, INFLIGHT)
+    r.rpush(INFLIGHT, b"queue:a", b"j3")
+    with pytest.raises(held_jobs.FencedError):
+        held_jobs.give_back(r, INFLIGHT, seen, count=False, how="exited", now=time.time())
+    assert r.llen(INFLIGHT) == 6
