@@ -13,7 +13,6 @@ reuse a connection across a pid change.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -63,91 +62,32 @@ def raw(value: bytes | str) -> bytes:
 
 
 class Direct:
-    """One connection of the caller's own, for scripts called in a tight loop (a
-    processor's fetch and acknowledgements): no pool checkout (a poll and a getpid per
-    call) and no retry wrapper. Not thread-safe; build it after fork.
+    """One connection of the caller's own, for a script called in a tight loop (a
+    processor's fetch): no pool checkout (a poll and a getpid per call) and no retry
+    wrapper. Not thread-safe; build it after fork.
 
-    :meth:`send` sends a script call without waiting for its answer; the answers are read
-    before the next :meth:`evalsha` or by :meth:`answer`. Scripts sent that way must be
-    idempotent: after a connection error, everything sent and not answered is sent again.
-    A script the server does not know is loaded and called again. A connection or timeout
-    error drops the connection (the next call reconnects) and propagates, as does a
-    refusal (redis.ResponseError, after every pending answer was read)."""
+    :meth:`evalsha` loads the script when the server does not know it. A connection or
+    timeout error drops the connection (the next call reconnects) and propagates, as
+    does a refusal (redis.ResponseError)."""
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
         self._conn: Any = client.connection_pool.make_connection()
-        self._unanswered: list[tuple[Script, list[str], list[Any]]] = []
-        self._resend = False
-        self._loaded: set[str] = set()
 
     def evalsha(self, script: Script, keys: list[str], args: list[Any]) -> Any:
         """Run ``script`` (registered with the client given) with ``keys`` and ``args``."""
-        self.answer()
         try:
             return self._call(script, keys, args)
         except redis.exceptions.NoScriptError:
-            self._load(script)
+            script.sha = self._client.script_load(script.script)
             return self._call(script, keys, args)
 
-    def _load(self, script: Script) -> None:
-        script.sha = self._client.script_load(script.script)
-        self._loaded.add(script.sha)
-
-    def send(self, script: Script, keys: list[str], args: list[Any]) -> None:
-        """Send an idempotent script call; its answer is read later."""
-        if script.sha not in self._loaded:
-            self._load(script)
-        self._unanswered.append((script, keys, args))
-        if not self._resend:
-            self._guard(lambda: self._send(script, keys, args))
-
-    @property
-    def pending(self) -> int:
-        """Calls sent (or to send again) whose answers were not read yet."""
-        return len(self._unanswered)
-
-    def answer(self) -> None:
-        """Read the answers to what :meth:`send` sent (sending it again after a connection
-        error); raises the first refusal among them, once all were read."""
-        if not self._unanswered:
-            return
-        if self._resend:
-            for call in self._unanswered:
-                self._guard(lambda call=call: self._send(*call))  # type: ignore[misc]
-            self._resend = False
-        refusals: list[redis.ResponseError] = []
-        unknown: list[tuple[Script, list[str], list[Any]]] = []
-        for call in self._unanswered[:]:
-            try:
-                self._guard(self._conn.read_response)
-            except redis.exceptions.NoScriptError:
-                unknown.append(call)  # called again once every answer was read
-            except redis.ResponseError as exc:
-                refusals.append(exc)
-            self._unanswered.pop(0)
-        for script, keys, args in unknown:
-            self._load(script)
-            self._call(script, keys, args)
-        if refusals:
-            raise refusals[0]
-
-    def _send(self, script: Script, keys: list[str], args: list[Any]) -> None:
-        self._conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-
     def _call(self, script: Script, keys: list[str], args: list[Any]) -> Any:
-        def call() -> Any:
-            self._send(script, keys, args)
-            return self._conn.read_response()
-
-        return self._guard(call)
-
-    def _guard(self, step: Callable[[], Any]) -> Any:
         try:
-            return step()
+            self._conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            return self._conn.read_response()
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             self._conn.disconnect()
-            self._resend = bool(self._unanswered)
             raise
 
     def close(self) -> None:

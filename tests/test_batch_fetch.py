@@ -2,8 +2,8 @@
 
 The jobs it holds without having started them go back unchanged, in order, at the front
 of their queue when it is killed (only the running one may run twice, and only its death
-counts), and at once when the daemon is told to quiet or stop, while the running one goes
-on. TTIN tells them apart.
+counts; those it completed are acknowledged, not run again), and at once when the daemon
+is told to quiet or stop, while the running one goes on. TTIN tells them apart.
 """
 
 from __future__ import annotations
@@ -61,6 +61,24 @@ def test_a_killed_processor_s_held_jobs_go_back_in_order_and_run_once(
     assert len(r.keys("forkq:kills:*")) == 1, "only the running job's death counts"
 
 
+def test_jobs_a_killed_processor_completed_in_its_batch_do_not_run_again(
+        r: redis.Redis, daemon: Any) -> None:
+    client = Client(r)
+    client.push_bulk({"class": "Record", "args": [["x0"], ["x1"]]})
+    hold = client.push({"class": "Hold", "args": ["h", 30]})
+    client.push_bulk({"class": "Record", "args": [[f"y{n}"] for n in range(10)]})
+    d = daemon(BATCH)
+    until(lambda: len(records(r, "test:started")) == 1, 15, lambda: d.log())
+    assert _record_order(r) == ["x0", "x1"]
+    [inflight] = [k for k in r.keys("forkq:inflight:*:*")]
+    assert r.llen(inflight) == 8, "x0 and x1 are acknowledged with the next fetch only"
+    os.kill(records(r, "test:started")[0]["pid"], signal.SIGKILL)
+    until(lambda: len(records(r)) == 13, 20, lambda: d.log())
+    assert _record_order(r) == ["x0", "x1", "h", *(f"y{n}" for n in range(10))]
+    assert r.get(keys.kills(str(hold))) == b"1" and len(r.keys("forkq:kills:*")) == 1
+    until(lambda: r.get("stat:processed") == b"13", 5, lambda: str(r.get("stat:processed")))
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTSTP, signal.SIGTERM], ids=["quiet", "stop"])
 def test_quiet_and_stop_give_back_held_jobs_at_once(r: redis.Redis, daemon: Any,
                                                     signum: signal.Signals) -> None:
@@ -99,10 +117,9 @@ def test_a_deep_queue_gives_a_batch_oldest_first_and_a_shallow_one_a_single_job(
     fetcher = _batcher(r, [("a", 1)])
     assert _names(fetcher.ack_and_fetch(ack=None)) == [("a", b"a0"), ("a", b"a1"), ("a", b"a2")]
     assert r.lrange(INFLIGHT, 0, -1) == [b"queue:a", b"a0", b"queue:a", b"a1", b"queue:a", b"a2"]
-    fetcher.ack_later(b"a0")
-    fetcher.ack_later(b"a0")  # sent twice (a resend): removes nothing more
-    fetcher.ack_later(b"a1")
-    fetcher.confirm()
+    # a0 and a1 completed: one acknowledgement for both (the last one and their count)
+    assert fetcher.ack_and_fetch(ack=b"a1", acked=2, fetch=False) == fetch.NOTHING
+    assert fetcher.ack_and_fetch(ack=b"a1", acked=2, fetch=False) == fetch.NOTHING  # again
     assert r.lrange(INFLIGHT, 0, -1) == [b"queue:a", b"a2"]
     assert r.get("stat:processed") == b"2"
     # a2 is acknowledged with the fetch; 3 are left: one job only (the queue is shallow)

@@ -22,6 +22,7 @@ Counting and moving are one script, so a crash between them cannot count a death
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Literal, cast
 
@@ -31,11 +32,13 @@ from forkq import keys
 from forkq import payload as payloads
 from forkq.connection import raw, text
 from forkq.daemon.children import blocking_wait, failures
+from forkq.daemon.progress import Done, digest
 from forkq.errors import JobError, JobKilledError
 from forkq.scripts import script
 
 log = logging.getLogger(__name__)
 
+NOTHING_DONE = Done()
 KILL_LIMIT = 3
 """Deaths of a job's holder at which the job goes to the dead set."""
 
@@ -55,11 +58,15 @@ class FencedError(Exception):
 class Held:
     """What an in-flight list holds: the queue its first pair names and that pair's job, if
     any (the one its holder ran), and the list's length (jobs held behind the first one,
-    not started, make it longer: 2 per job)."""
+    not started, make it longer: 2 per job). ``completed`` first pairs are jobs the holder
+    completed (its :class:`~forkq.daemon.progress.Progress` says so), the last of them
+    ``last_completed``: :func:`acknowledge_completed` takes them out first."""
 
     queue: str
     job: bytes | None
     length: int = 0
+    completed: int = 0
+    last_completed: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,7 @@ class GivenBack:
     deaths: int
 
 
-def read(client: redis.Redis, inflight_key: str) -> Held:
+def read(client: redis.Redis, inflight_key: str, done: Done = NOTHING_DONE) -> Held:
     """The queue and job held in ``inflight_key`` (recover.lua's queue rule: else default).
 
     First ends any connection of the gone holder still waiting to move a job into the list
@@ -79,12 +86,23 @@ def read(client: redis.Redis, inflight_key: str) -> Held:
     seen yet), so no job enters the list after this read. A server that refuses CLIENT LIST
     or KILL (an ACL without them) is reported once and the read goes on."""
     _end_waiters(client, inflight_key)
-    with client.pipeline(transaction=False) as pipe:
-        pipe.lrange(inflight_key, 0, 1)
-        pipe.llen(inflight_key)
-        held, length = pipe.execute()
+    held = [raw(element) for element in client.lrange(inflight_key, 0, -1)]
     queue = _queue_name(held[0]) if held else "default"
-    return Held(queue, raw(held[1]) if len(held) == 2 else None, int(length))
+    job = held[1] if len(held) >= 2 else None
+    count = done.count if job is not None and digest(job) == done.head else 0
+    if not 0 < 2 * count <= len(held):
+        return Held(queue, job, len(held))
+    return Held(queue, job, len(held), count, held[2 * count - 1])
+
+
+def acknowledge_completed(client: redis.Redis, inflight_key: str, held: Held) -> None:
+    """Take the jobs the gone holder completed out of its list, counted processed (fetch.lua
+    acknowledging only); :func:`read` the list again afterwards."""
+    date = keys.utc_date(time.time())
+    script(client, "fetch")(
+        keys=[inflight_key, keys.STAT_PROCESSED, keys.daily(keys.STAT_PROCESSED, date),
+              keys.INFLIGHT_REGISTRY],
+        args=[held.last_completed, "0", keys.DAILY_STAT_TTL, "0", "1", held.completed])
 
 
 def _end_waiters(client: redis.Redis, inflight_key: str) -> None:

@@ -6,15 +6,17 @@
 -- KEYS[2]   stat:processed            KEYS[3]  stat:processed:<UTC date>
 -- KEYS[4]   forkq:inflight, the registry of in-flight lists
 -- KEYS[5..] the queue:<name> lists this processor fetches from
--- ARGV[1]   the job the processor completed, or "" for none: if KEYS[1]'s first pair holds
---           exactly that job, remove that pair and count it processed
+-- ARGV[1]   the last job the processor completed, or "" for none: if KEYS[1]'s pair number
+--           ARGV[6] holds exactly that job, remove the first ARGV[6] pairs (the jobs it
+--           completed, in order) and count them processed
 -- ARGV[2]   "1": then fetch; "0": acknowledge only
 -- ARGV[3]   TTL in seconds of the daily stat key
 -- ARGV[4]   "1": when nothing was found and no queue key was skipped, arm KEYS[1] for a
 --           blocking move from KEYS[5]: KEYS[1] becomes {KEYS[5]} (registered), so that
 --           BLMOVE KEYS[5] KEYS[1] RIGHT RIGHT makes it {queue key, job} in one step
 -- ARGV[5]  the depth from which a queue counts as deep (fetch_batch x concurrency)
--- ARGV[6..] one queue order per job that may be taken (at most fetch_batch of them): the
+-- ARGV[6]  how many jobs the acknowledgement covers (1 unless a batch was held)
+-- ARGV[7..] one queue order per job that may be taken (at most fetch_batch of them): the
 --           1-based indexes into KEYS[5..] to try, comma-separated ("2,1,3"), drawn by the
 --           caller (weighted shuffle or strict order) for that job
 --
@@ -42,10 +44,11 @@ local bad = wrong_type(KEYS[1], "list") or wrong_type(KEYS[4], "set")
 if bad then
   return redis.error_reply(bad)
 end
-if ARGV[1] ~= "" and redis.call("LINDEX", KEYS[1], 1) == ARGV[1] then
-  redis.call("LPOP", KEYS[1], 2)
-  try("INCR", KEYS[2])
-  try("INCR", KEYS[3])
+local acked = tonumber(ARGV[6])
+if ARGV[1] ~= "" and redis.call("LINDEX", KEYS[1], 2 * acked - 1) == ARGV[1] then
+  redis.call("LPOP", KEYS[1], 2 * acked)
+  try("INCRBY", KEYS[2], acked)
+  try("INCRBY", KEYS[3], acked)
   try("EXPIRE", KEYS[3], ARGV[3])
 end
 if ARGV[2] ~= "1" then
@@ -61,11 +64,11 @@ if #held >= 2 then
 end
 redis.call("DEL", KEYS[1])  -- empty, armed, or a stray element no fetch wrote
 local taken, skipped, kinds = {}, {}, {}
-local orders = #ARGV - 5
+local orders = #ARGV - 6
 local deep = tonumber(ARGV[5])
 for k = 1, orders do
   local got = false
-  for index in string.gmatch(ARGV[5 + k], "%d+") do
+  for index in string.gmatch(ARGV[6 + k], "%d+") do
     local queue = KEYS[4 + tonumber(index)]
     if queue and not kinds[queue] then
       -- the first job is popped at once; a further one only from a deep queue

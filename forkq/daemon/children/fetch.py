@@ -75,8 +75,8 @@ class Fetcher:
 
     The queue orders are drawn here, one per job that may be taken: strict order and a
     single queue never change (built once), a weighted order is a shuffle of a prepared
-    list. Acknowledgements of jobs completed while more are held are sent without waiting
-    (:meth:`ack_later`); their answers are read with the next fetch (:meth:`confirm`)."""
+    list. The jobs of a batch are acknowledged together, with the next fetch (the processor
+    keeps count of them in :class:`~forkq.daemon.progress.Progress`)."""
 
     def __init__(
         self,
@@ -90,7 +90,6 @@ class Fetcher:
         deep: int = 1,
     ) -> None:
         self._fetch = script(redis_client, "fetch")
-        self._ack = script(redis_client, "ack")
         self._direct = Direct(redis_client)
         self._inflight = inflight_key
         self._rng = rng
@@ -124,8 +123,10 @@ class Fetcher:
             self._date_until = now - now % 86400 + 86400  # the next UTC midnight
         return self._daily
 
-    def ack_and_fetch(self, *, ack: bytes | None, fetch: bool = True, arm: bool = False) -> Fetch:
-        """Acknowledge ``ack`` (the completed job's bytes), then fetch (``fetch``).
+    def ack_and_fetch(self, *, ack: bytes | None, fetch: bool = True, arm: bool = False,
+                      acked: int = 1) -> Fetch:
+        """Acknowledge the first ``acked`` jobs held, the last of which is ``ack`` (its bytes),
+        then fetch (``fetch``).
 
         With ``arm`` (a single queue), finding nothing and skipping nothing leaves the
         in-flight list armed for :class:`~forkq.daemon.children.blocking_wait.BlockingWait`.
@@ -138,7 +139,7 @@ class Fetcher:
             [self._inflight, keys.STAT_PROCESSED, self._daily_key(), keys.INFLIGHT_REGISTRY,
              *self._keys],
             [ack or b"", "1" if fetch else "0", keys.DAILY_STAT_TTL, "1" if arm else "0",
-             self._deep, *self.orders()],
+             self._deep, acked, *self.orders()],
         )
         if not result:
             return NOTHING
@@ -147,21 +148,6 @@ class Fetcher:
         jobs = [Fetched(keys.queue_name(text(held[i])), held[i + 1])
                 for i in range(0, len(held), 2)]
         return Fetch(jobs, [(text(rest[i]), text(rest[i + 1])) for i in range(0, len(rest), 2)])
-
-    def ack_later(self, raw: bytes) -> None:
-        """Acknowledge the completed job ``raw`` (the first of several held) without waiting:
-        the call is on its way to Redis when this returns (ack.lua; idempotent)."""
-        self._direct.send(self._ack, [self._inflight, keys.STAT_PROCESSED, self._daily_key()],
-                          [raw, keys.DAILY_STAT_TTL])
-
-    @property
-    def unconfirmed(self) -> int:
-        """Acknowledgements sent whose answers were not read yet."""
-        return self._direct.pending
-
-    def confirm(self) -> None:
-        """Read the answers to the acknowledgements sent (raises a refusal among them)."""
-        self._direct.answer()
 
     def close(self) -> None:
         """Drop the fetch connection."""

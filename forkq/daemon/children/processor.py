@@ -1,9 +1,11 @@
 """The processor child: set up after fork, then fetch → server middleware → execute → ack.
 
-Owns one job at a time. The job sits in this child's in-flight list
-(``forkq:inflight:<identity>:<pid>``) from the moment it is fetched until it is
-acknowledged (folded into the next fetch, so steady state is one round trip per
-job), filed as a failure, or requeued by the master after this child is gone.
+Runs one job at a time and holds one, or a batch from a deep queue. The jobs sit in this
+child's in-flight list (``forkq:inflight:<identity>:<pid>``) from the moment they are fetched
+until they are acknowledged (all of a batch together, folded into the next fetch: one round
+trip per batch), filed as a failure, given back, or requeued by the master after this child
+is gone. How many of the batch completed is kept in the slot's shared
+:class:`~forkq.daemon.progress.Progress`, so the master does not run them again.
 
 Signals: the child ignores INT, TERM, TSTP and HUP (they reach it when sent to
 the whole process group: a terminal's Ctrl-C, systemd's control-group kill);
@@ -47,6 +49,7 @@ from forkq.daemon.children.blocking_wait import WAKE, BlockingWait
 from forkq.daemon.children.fetch import Fetched, Fetcher
 from forkq.daemon.children.queuewatch import QueueWatch
 from forkq.daemon.outage import Outage
+from forkq.daemon.progress import Progress
 from forkq.daemon.refusal import Recurring, is_refusal
 from forkq.errors import EXIT_CHILD_BOOT, JobError
 from forkq.middleware import JobContext, ServerChain
@@ -73,6 +76,7 @@ class Processor:
         registry: Registry,
         middleware: ServerChain,
         report_fd: int | None = None,
+        progress: Progress | None = None,
     ) -> None:
         self.config = config
         self.report_fd = report_fd
@@ -81,7 +85,9 @@ class Processor:
         self.registry = registry
         self.middleware = middleware
         self.stopping = False
-        self._ack_pending: bytes | None = None  # the completed job, until acknowledged
+        self._ack_pending: bytes | None = None  # the last completed job, until acknowledged
+        self._done = 0  # completed jobs at the head of the in-flight list, not acknowledged
+        self.progress = progress or Progress()
         self._failure: failures.Failure | None = None
         self._failed_job = b""  # the bytes of the job self._failure files
         self._outage = Outage(log)
@@ -100,8 +106,7 @@ class Processor:
         while not self.stopping:
             self._guarded(self.loop_once)
         self._give_back_held()
-        while (self._ack_pending is not None or self._failure is not None
-               or self._fetcher.unconfirmed):
+        while self._ack_pending is not None or self._failure is not None:
             self._guarded(self._finish)
         hooks.run("child_exit")
         self._beat.stop()
@@ -211,22 +216,23 @@ class Processor:
         return [_jid_of(job.raw) for job in held]
 
     def _finish(self) -> None:
-        """At exit: file the last failure, read the acknowledgements' answers, acknowledge."""
+        """At exit: acknowledge what completed, file the last failure."""
         self._file_failure()
-        self._fetcher.confirm()
         self._settle(fetch=False)
 
     def _file_failure(self) -> None:
-        """File the failure planned for the last job (after the acknowledgements sent before
-        it were answered: fail.lua releases the first pair of the in-flight list)."""
+        """File the failure planned for the last job, after acknowledging the jobs of the
+        batch that completed before it (fail.lua releases the first pair of the list)."""
         if self._failure is None:
             return
-        self._fetcher.confirm()
+        self._settle(fetch=False)
         if not failures.file(self.redis, self.inflight_key, self._failure,
                              held=self._failed_job):
             log.warning("not filing the failure: the job was recovered while this "
                         "process was cut off from Redis, and is queued again")
         self._failure = None
+        with self._held_lock:
+            self.progress.start(self._held[0].raw if self._held else b"")
 
     def _idle(self) -> Fetched | None:
         """Wait for work: the job a blocking move brought (single queue), or None when it is
@@ -239,7 +245,10 @@ class Processor:
             job = self._blocking.wait(int(IDLE_WAIT), self._pipe.fd)
             if job is WAKE:
                 self._stop_if_told(self._pipe.drain())
-            return Fetched(self._single_queue, job) if isinstance(job, bytes) else None
+            if not isinstance(job, bytes):
+                return None
+            self.progress.start(job)
+            return Fetched(self._single_queue, job)
         if self._watch.wait(IDLE_WAIT, self._pipe.fd):
             self._stop_if_told(self._pipe.drain())
         return None
@@ -250,14 +259,16 @@ class Processor:
         if not fetch and self._ack_pending is None:
             return None
         arm = fetch and self._blocking is not None
-        found = self._fetcher.ack_and_fetch(ack=self._ack_pending, fetch=fetch, arm=arm)
-        self._ack_pending = None
+        found = self._fetcher.ack_and_fetch(ack=self._ack_pending, fetch=fetch, arm=arm,
+                                            acked=self._done or 1)
+        self._ack_pending, self._done = None, 0
         self._report_skipped(found.skipped)
         self._armed = arm and not found.jobs and not found.skipped
         if not found.jobs:
             return None
         if self._blocking is None:
             self._watch.pause()  # busy: no invalidations pile up for this connection
+        self.progress.start(found.jobs[0].raw)
         with self._held_lock:
             self._held.extend(found.jobs[1:])
         return found.jobs[0]
@@ -301,14 +312,11 @@ class Processor:
         self._check_recycle()
 
     def _acknowledge(self, raw: bytes) -> None:
-        """With more jobs held, acknowledge now without waiting (before the next starts);
-        else fold the acknowledgement into the next fetch."""
-        with self._held_lock:
-            more = bool(self._held)
-        if more:
-            self._fetcher.ack_later(raw)
-        else:
-            self._ack_pending = raw
+        """Count the job completed where the master can read it (no system call, no round
+        trip); Redis hears of it with the next fetch."""
+        self._ack_pending = raw
+        self._done += 1
+        self.progress.completed(self._done)
 
     def _fail(self, fetched: Fetched, exc: BaseException, retry_in: Any) -> failures.Failure:
         """Plan where the failed job goes, from a clean copy of its bytes (as Sidekiq: the job

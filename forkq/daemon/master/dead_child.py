@@ -16,7 +16,9 @@ in-flight list. By the :class:`Gone` record's ``cause``:
   then dead); a different job is requeued.
 
 Jobs the child held behind the one it ran (a batch, not started) always go back unchanged,
-in order, to the front of their queues, and their deaths are never counted.
+in order, to the front of their queues, and their deaths are never counted. Jobs of the
+batch it completed (``done``, read from its slot's shared progress) are acknowledged
+first, so they do not run again.
 
 Whatever the cause, a held job that is no job (:class:`~forkq.errors.MalformedJobError`)
 goes to the dead set with its bytes kept, as a processor buries it.
@@ -35,6 +37,7 @@ import redis
 from forkq import payload as payloads
 from forkq.daemon import held_jobs
 from forkq.daemon.children import failures
+from forkq.daemon.progress import Done
 from forkq.errors import JobTimeoutError, MalformedJobError
 from forkq.registry import Registry
 
@@ -50,6 +53,7 @@ class Gone:
     how: str  # "killed by signal SIGKILL", "exited with status 1", ...
     timeout_jid: str = ""
     timeout: float = 0.0
+    done: Done = held_jobs.NOTHING_DONE  # what it completed of a batch (its slot's Progress)
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,10 @@ def settle(
     now: float,
 ) -> Settled | None:
     """Settle the job held in ``gone.inflight_key``; None when it held none."""
-    held = held_jobs.read(client, gone.inflight_key)
+    held = held_jobs.read(client, gone.inflight_key, gone.done)
+    if held.completed:  # jobs it completed and Redis did not hear of yet: not run again
+        held_jobs.acknowledge_completed(client, gone.inflight_key, held)
+        held = held_jobs.read(client, gone.inflight_key)
     timeout = _timeout_failure(held, gone, registry, max_retries, rng, now)
     if timeout is not None:
         failure, detail = timeout

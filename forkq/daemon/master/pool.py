@@ -30,6 +30,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable
+from dataclasses import replace
 
 import redis
 
@@ -49,6 +50,7 @@ from forkq.daemon.master.dead_child import Cause, Gone
 from forkq.daemon.master.effects import Clock, Store, SystemClock
 from forkq.daemon.master.health import Child, verdict
 from forkq.daemon.master.heartbeats import LastBeat, busy_entry
+from forkq.daemon.progress import Progress
 from forkq.daemon.refusal import Recurring
 from forkq.daemon.refusal import describe as describe_error
 from forkq.middleware import ServerChain
@@ -86,6 +88,7 @@ class Pool:
         self._processes = processes or OsProcesses()
         self._clock = clock or SystemClock()
         self._pending: dict[int, Gone] = {}  # slot -> a gone child's job still to settle
+        self._progress: dict[int, Progress] = {}  # slot -> memory shared with its child
         self._backoff: dict[int, tuple[int, float]] = {}  # slot -> (quick deaths, not before)
         self._boot_failures: dict[int, int] = {}
         self._unsettled = Recurring(log)
@@ -136,6 +139,7 @@ class Pool:
 
     def spawn(self, slot: int) -> None:
         """Fork one processor child for ``slot``."""
+        self._progress.setdefault(slot, Progress())
         try:
             pid, read_fd = self._processes.fork_reporting(
                 lambda write_fd: self._become_child(slot, write_fd))
@@ -157,7 +161,7 @@ class Pool:
         self.close_reports()
         processor = Processor(self.config, identity=self.identity, slot=slot,
                               registry=self.registry, middleware=self.middleware,
-                              report_fd=report_fd)
+                              report_fd=report_fd, progress=self._progress[slot])
         return processor.run()
 
     def close_reports(self) -> None:
@@ -266,6 +270,8 @@ class Pool:
         told = code == 0 and child.retiring  # a child exiting 0 unasked held no job, or its
         gone = child.killed or Gone(keys.inflight(self.identity, child.pid),  # job exited it
                                     "exit" if told else "crash", how)
+        if child.slot in self._progress:
+            gone = replace(gone, done=self._progress[child.slot].read())
         if code != 0 and not child.booted and child.killed is None:
             self._boot_failed(child, how)
         elif code != 0 or child.killed is not None:
