@@ -22,6 +22,7 @@ from forkq import keys
 from forkq.client import Client
 from forkq.daemon import held_jobs
 from forkq.daemon.children import fetch
+from forkq.daemon.progress import Done
 
 from .conftest import records, until
 
@@ -161,3 +162,17 @@ def test_a_list_changed_since_it_was_read_is_not_settled(r: redis.Redis) -> None
     with pytest.raises(held_jobs.FencedError):
         held_jobs.give_back(r, INFLIGHT, seen, count=False, how="exited", now=time.time())
     assert r.llen(INFLIGHT) == 6
+
+
+def test_a_hostile_batch_list_is_settled_without_stopping(r: redis.Redis) -> None:
+    good = b'{"class":"X","args":[],"queue":"a","jid":"j2"}'
+    r.rpush(INFLIGHT, b"\xff\xfe", b"not json", b"queue:", good, b"queue:a", b"\x00\x01",
+            b"stray")
+    seen = held_jobs.read(r, INFLIGHT, Done(b"x" * 16, 5))  # names another head: none done
+    assert seen.completed == 0 and seen.length == 7
+    back = held_jobs.give_back(r, INFLIGHT, seen, count=True, how="killed", now=time.time())
+    assert back.outcome == "dead", "the first is no job: buried with its bytes kept"
+    assert json.loads(r.zrange("dead", 0, -1)[0])["raw"] == "not json"
+    assert r.lrange("queue:default", 0, -1) == [good], "'queue:' names no queue: default"
+    assert r.lrange("queue:a", 0, -1) == [b"\x00\x01"], "held bytes go back unchanged"
+    assert not r.exists(INFLIGHT)
