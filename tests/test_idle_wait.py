@@ -7,6 +7,8 @@ while its child is busy. Either way any client's push (Ruby's too) wakes the dae
 
 from __future__ import annotations
 
+import os
+import signal
 import statistics
 import threading
 import time
@@ -61,6 +63,46 @@ def test_a_push_to_one_queue_wakes_one_idle_child(r: redis.Redis, daemon: Any) -
     timeouts = 4 * (int((time.monotonic() - started) / 2) + 1)  # each waits 2 s at a time
     # a broadcast wake would cost every idle child a fetch per push: 4 per job here
     assert calls <= jobs + timeouts, (calls, timeouts)
+
+
+def test_a_push_to_a_daemon_of_several_queues_wakes_one_watcher(r: redis.Redis,
+                                                                daemon: Any) -> None:
+    d = daemon(f"concurrency: 8\nrequire: jobs\nlog_level: warning\n{MULTI}")
+    d.wait_children(8)
+    until(lambda: r.scard(keys.INFLIGHT_REGISTRY) == 8, 15, "the children did not register")
+    watching = [c for c in r.client_list() if c["cmd"] == "subscribe" and "P" in c["flags"]]
+    client, jobs = Client(r), 20
+    before, started = _script_calls(r), time.monotonic()
+    for n in range(jobs):
+        client.push({"class": "Lag", "args": [n], "queue": ("critical", "default")[n % 2]})
+        until(lambda n=n: r.llen("test:lag") == n + 1, 5)
+        time.sleep(0.01)
+    calls = _script_calls(r) - before
+    timeouts = 8 * (int((time.monotonic() - started) / 2) + 1)  # each fetches every 2 s
+    # a broadcast wake costs every idle child a fetch per push: 8 per job here; one watcher
+    # costs its fetch, its successor's first fetch and its own fetch after the job
+    assert calls <= 4 * jobs + timeouts, (calls, timeouts)
+    assert len(watching) <= 2, watching  # one subscribed watch (two while handing over)
+    lags = [row["lag"] for row in records(r, "test:lag")]
+    assert statistics.median(lags) < 0.25, lags
+
+
+def test_a_killed_watcher_is_replaced_at_once(r: redis.Redis, daemon: Any) -> None:
+    d = daemon(f"concurrency: 3\nrequire: jobs\nlog_level: warning\n{MULTI}")
+    d.wait_children(3)
+    until(lambda: r.scard(keys.INFLIGHT_REGISTRY) == 3, 15, "the children did not register")
+    client = Client(r)
+    client.push({"class": "Lag", "args": ["first"], "queue": "default"})
+    until(lambda: r.llen("test:lag") == 1)
+    for child in d.children():  # kill them one after the other: the watcher among them
+        os.kill(child.pid, signal.SIGKILL)
+        d.wait_children(3)
+        until(lambda: r.scard(keys.INFLIGHT_REGISTRY) == 3, 15)
+        pushed = r.llen("test:lag")
+        client.push({"class": "Lag", "args": ["after"], "queue": "critical"})
+        until(lambda pushed=pushed: r.llen("test:lag") == pushed + 1, 5)
+    lags = [row["lag"] for row in records(r, "test:lag")[1:]]
+    assert max(lags) < 1.0, lags  # not the 2 s poll: a watcher took over
 
 
 @pytest.mark.parametrize("queues", ["", MULTI], ids=["one-queue", "weighted-queues"])

@@ -51,6 +51,7 @@ from forkq.daemon.children.queuewatch import QueueWatch
 from forkq.daemon.outage import Outage
 from forkq.daemon.progress import Progress
 from forkq.daemon.refusal import Recurring, is_refusal
+from forkq.daemon.watch_token import WatchToken
 from forkq.errors import EXIT_CHILD_BOOT, JobError
 from forkq.middleware import JobContext, ServerChain
 from forkq.registry import Registry
@@ -77,6 +78,7 @@ class Processor:
         middleware: ServerChain,
         report_fd: int | None = None,
         progress: Progress | None = None,
+        watch_token: WatchToken | None = None,
     ) -> None:
         self.config = config
         self.report_fd = report_fd
@@ -88,6 +90,7 @@ class Processor:
         self._ack_pending: bytes | None = None  # the last completed job, until acknowledged
         self._done = 0  # completed jobs at the head of the in-flight list, not acknowledged
         self.progress = progress or Progress()
+        self._token = watch_token or WatchToken()
         self._failure: failures.Failure | None = None
         self._failed_job = b""  # the bytes of the job self._failure files
         self._outage = Outage(log)
@@ -165,6 +168,8 @@ class Processor:
             self._outage.refused(exc, "registering the in-flight list (fetches register it)")
         if self._blocking is None:
             self._watch.open()
+            if not self._token.take():
+                self._watch.pause()  # another processor watches (see _idle_watching)
         self._registered = True
         self._report("ready")
 
@@ -249,9 +254,26 @@ class Processor:
                 return None
             self.progress.start(job)
             return Fetched(self._single_queue, job)
-        if self._watch.wait(IDLE_WAIT, self._pipe.fd):
-            self._stop_if_told(self._pipe.drain())
+        self._idle_watching()
         return None
+
+    def _idle_watching(self) -> None:
+        """Several queues: the watcher (the token holder) waits on its key watch; the others
+        wait for the token, and fetch only when they take it or every IDLE_WAIT seconds.
+        Returns when it is time to fetch again."""
+        if self._token.take():
+            if self._watch.wait(IDLE_WAIT, self._pipe.fd):
+                self._stop_if_told(self._pipe.drain())
+            return
+        deadline = time.monotonic() + IDLE_WAIT
+        while not self.stopping:
+            if self._token.wait(deadline - time.monotonic(), self._pipe.fd):
+                self._stop_if_told(self._pipe.drain())
+            elif self._token.take():
+                self._watch.arm()  # subscribed before the fetch that follows
+                return
+            if time.monotonic() >= deadline:
+                return
 
     def _settle(self, *, fetch: bool) -> Fetched | None:
         """Acknowledge the last job and/or fetch: the first job fetched (the others of a
@@ -268,6 +290,7 @@ class Processor:
             return None
         if self._blocking is None:
             self._watch.pause()  # busy: no invalidations pile up for this connection
+            self._token.release()  # another idle processor watches now
         self.progress.start(found.jobs[0].raw)
         with self._held_lock:
             self._held.extend(found.jobs[1:])

@@ -13,10 +13,11 @@ first fetch and stays armed.
 When the server refuses tracking (an ACL without ``client|tracking``, an old
 server), the watch falls back to polling every :data:`POLL_INTERVAL` seconds.
 
-A busy processor pauses its watch (UNSUBSCRIBE: Redis drops the
-invalidations of a tracking client whose redirect target is not subscribed), so nothing
-piles up in Redis for a connection nobody reads; the next wait subscribes again and
-returns at once, so the processor fetches once more before it blocks.
+A processor pauses its watch while it is busy or another processor watches
+(:mod:`forkq.daemon.watch_token`; UNSUBSCRIBE: Redis drops the invalidations of a
+tracking client whose redirect target is not subscribed), so nothing piles up in Redis for
+a connection nobody reads; :meth:`QueueWatch.arm` or the next wait subscribes again (the
+wait then returns at once, so the processor fetches once more before it blocks).
 A broken watch connection is reopened on the next wait. No keys are written.
 """
 
@@ -95,6 +96,18 @@ class QueueWatch:
             self.close()
             return False
         return wake_fd in readable
+
+    def arm(self) -> None:
+        """Make sure invalidations arrive from now on (open, or subscribe again after
+        :meth:`pause`), before the fetch that precedes the next :meth:`wait`. Errors drop
+        the connection (the next wait reopens it)."""
+        try:
+            if self._conn is None:
+                self.open()
+            elif self._paused:
+                self._resume()
+        except Exception:  # noqa: BLE001 - reported by the next fetch if Redis is down
+            self.close()
 
     def pause(self) -> None:
         """Stop receiving invalidations until the next :meth:`wait` (no round trip)."""

@@ -53,6 +53,7 @@ from forkq.daemon.master.heartbeats import LastBeat, busy_entry
 from forkq.daemon.progress import Progress
 from forkq.daemon.refusal import Recurring
 from forkq.daemon.refusal import describe as describe_error
+from forkq.daemon.watch_token import WatchToken
 from forkq.middleware import ServerChain
 from forkq.registry import Registry
 
@@ -89,6 +90,7 @@ class Pool:
         self._clock = clock or SystemClock()
         self._pending: dict[int, Gone] = {}  # slot -> a gone child's job still to settle
         self._progress: dict[int, Progress] = {}  # slot -> memory shared with its child
+        self._watch_token = WatchToken()  # which idle child of several queues watches
         self._backoff: dict[int, tuple[int, float]] = {}  # slot -> (quick deaths, not before)
         self._boot_failures: dict[int, int] = {}
         self._unsettled = Recurring(log)
@@ -161,7 +163,8 @@ class Pool:
         self.close_reports()
         processor = Processor(self.config, identity=self.identity, slot=slot,
                               registry=self.registry, middleware=self.middleware,
-                              report_fd=report_fd, progress=self._progress[slot])
+                              report_fd=report_fd, progress=self._progress[slot],
+                              watch_token=self._watch_token)
         return processor.run()
 
     def close_reports(self) -> None:
@@ -272,6 +275,7 @@ class Pool:
                                     "exit" if told else "crash", how)
         if child.slot in self._progress:
             gone = replace(gone, done=self._progress[child.slot].read())
+        self._watch_token.ring()  # if it was the watcher, another idle child takes over
         if code != 0 and not child.booted and child.killed is None:
             self._boot_failed(child, how)
         elif code != 0 or child.killed is not None:
