@@ -5,11 +5,12 @@ shuffles a list in which each queue appears ``weight`` times and keeps the
 first occurrence of each, so a queue of weight w is tried first w/sum(w) of the
 time. Both are pure functions of the queue list and a random source.
 
-Mechanism: :file:`scripts/fetch.lua` acknowledges the previous job and moves the
-next one, with its queue name, into the processor's in-flight list, atomically.
-A job is therefore always in a queue or in exactly one in-flight list until it
-is acknowledged, filed as a failure (:mod:`forkq.daemon.children.failures`) or requeued
-(:func:`requeue`). At steady state a processor needs one round trip per job.
+Mechanism: :file:`scripts/fetch.lua` acknowledges the jobs completed since the last
+fetch and moves the next one (or a batch from a deep queue, one queue order per job), each
+with its queue name, into the processor's in-flight list, atomically. A job is therefore
+always in a queue or in exactly one in-flight list until it is acknowledged, filed as a
+failure (:mod:`forkq.daemon.children.failures`), given back or requeued
+(:mod:`forkq.daemon.held_jobs`). A deep queue costs a processor one round trip per batch.
 
 Keys: ``queue:<name>``, ``forkq:inflight:<identity>:<pid>``, ``forkq:inflight``,
 ``stat:processed`` and its daily key.
