@@ -22,7 +22,6 @@ Counting and moving are one script, so a crash between them cannot count a death
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import Literal, cast
 
@@ -31,7 +30,7 @@ import redis
 from forkq import keys
 from forkq import payload as payloads
 from forkq.connection import raw, text
-from forkq.daemon.children import blocking_wait, failures
+from forkq.daemon.children import blocking_wait, failures, fetch
 from forkq.daemon.progress import Done, digest
 from forkq.errors import JobError, JobKilledError
 from forkq.scripts import script
@@ -58,15 +57,11 @@ class FencedError(Exception):
 class Held:
     """What an in-flight list holds: the queue its first pair names and that pair's job, if
     any (the one its holder ran), and the list's length (jobs held behind the first one,
-    not started, make it longer: 2 per job). ``completed`` first pairs are jobs the holder
-    completed (its :class:`~forkq.daemon.progress.Progress` says so), the last of them
-    ``last_completed``: :func:`acknowledge_completed` takes them out first."""
+    not started, make it longer: 2 per job)."""
 
     queue: str
     job: bytes | None
     length: int = 0
-    completed: int = 0
-    last_completed: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -84,25 +79,32 @@ def read(client: redis.Redis, inflight_key: str, done: Done = NOTHING_DONE) -> H
     First ends any connection of the gone holder still waiting to move a job into the list
     (:mod:`~forkq.daemon.children.blocking_wait`: a BLMOVE whose closed socket Redis has not
     seen yet), so no job enters the list after this read. A server that refuses CLIENT LIST
-    or KILL (an ACL without them) is reported once and the read goes on."""
+    or KILL (an ACL without them) is reported once and the read goes on. Then, when
+    ``done`` (the holder's :class:`~forkq.daemon.progress.Progress`) says it completed the
+    first jobs of its batch and the list still begins with them, acknowledges those, so the
+    job read is the one it ran."""
     _end_waiters(client, inflight_key)
-    held = [raw(element) for element in client.lrange(inflight_key, 0, -1)]
+    held = _elements(client, inflight_key)
+    count = done.count if len(held) >= 2 and digest(held[1]) == done.head else 0
+    if 0 < 2 * count <= len(held):
+        fetch.acknowledge(client, inflight_key, last=held[2 * count - 1], count=count)
+        held = _elements(client, inflight_key)
+    return _held(held)
+
+
+def reread(client: redis.Redis, inflight_key: str) -> Held:
+    """:func:`read` again, after a step that changed the list (its holder's waiting
+    connections are ended already)."""
+    return _held(_elements(client, inflight_key))
+
+
+def _elements(client: redis.Redis, inflight_key: str) -> list[bytes]:
+    return [raw(element) for element in client.lrange(inflight_key, 0, -1)]
+
+
+def _held(held: list[bytes]) -> Held:
     queue = _queue_name(held[0]) if held else "default"
-    job = held[1] if len(held) >= 2 else None
-    count = done.count if job is not None and digest(job) == done.head else 0
-    if not 0 < 2 * count <= len(held):
-        return Held(queue, job, len(held))
-    return Held(queue, job, len(held), count, held[2 * count - 1])
-
-
-def acknowledge_completed(client: redis.Redis, inflight_key: str, held: Held) -> None:
-    """Take the jobs the gone holder completed out of its list, counted processed (fetch.lua
-    acknowledging only); :func:`read` the list again afterwards."""
-    date = keys.utc_date(time.time())
-    script(client, "fetch")(
-        keys=[inflight_key, keys.STAT_PROCESSED, keys.daily(keys.STAT_PROCESSED, date),
-              keys.INFLIGHT_REGISTRY],
-        args=[held.last_completed, "0", keys.DAILY_STAT_TTL, "0", "1", held.completed])
+    return Held(queue, held[1] if len(held) >= 2 else None, len(held))
 
 
 def _end_waiters(client: redis.Redis, inflight_key: str) -> None:

@@ -136,12 +136,9 @@ class Fetcher:
         holds another type (nothing is fetched then).
         """
         result = self._direct.evalsha(
-            self._fetch,
-            [self._inflight, keys.STAT_PROCESSED, self._daily_key(), keys.INFLIGHT_REGISTRY,
-             *self._keys],
-            [ack or b"", "1" if fetch else "0", keys.DAILY_STAT_TTL, "1" if arm else "0",
-             self._deep, acked, *self.orders()],
-        )
+            self._fetch, [*_script_keys(self._inflight, self._daily_key()), *self._keys],
+            _script_args(ack, acked, fetch=fetch, arm=arm, deep=self._deep,
+                         orders=self.orders()))
         if not result:
             return NOTHING
         count = int(result[0])
@@ -153,3 +150,25 @@ class Fetcher:
     def close(self) -> None:
         """Drop the fetch connection."""
         self._direct.close()
+
+
+def acknowledge(client: Any, inflight_key: str, *, last: bytes, count: int) -> None:
+    """Acknowledge the first ``count`` jobs held in ``inflight_key``, the last of which is
+    ``last`` (fetch.lua acknowledging only; nothing happens unless pair ``count`` is
+    ``last``): for whoever settles the list of a processor that is gone."""
+    daily = keys.daily(keys.STAT_PROCESSED, keys.utc_date(time.time()))
+    script(client, "fetch")(keys=_script_keys(inflight_key, daily),
+                            args=_script_args(last, count, fetch=False, arm=False, deep="1",
+                                              orders=[]))
+
+
+def _script_keys(inflight_key: str, daily: str) -> list[str]:
+    """fetch.lua's KEYS[1..4] (the queue keys follow)."""
+    return [inflight_key, keys.STAT_PROCESSED, daily, keys.INFLIGHT_REGISTRY]
+
+
+def _script_args(ack: bytes | None, acked: int, *, fetch: bool, arm: bool, deep: str,
+                 orders: list[str]) -> list[Any]:
+    """fetch.lua's ARGV (see its header)."""
+    return [ack or b"", "1" if fetch else "0", keys.DAILY_STAT_TTL, "1" if arm else "0", deep,
+            acked, *orders]

@@ -152,6 +152,7 @@ class Processor:
         self._beat.held_jids = self._held_jids
         single = self._fetcher.single_queue
         self._blocking = BlockingWait(self.redis, self.inflight_key, single) if single else None
+        self._single = keys.queue_name(single or "")  # the queue a blocking move takes from
         self._watch = QueueWatch(self.redis)
         self._armed = False
         self._registered = False
@@ -253,7 +254,7 @@ class Processor:
             if not isinstance(job, bytes):
                 return None
             self.progress.start(job)
-            return Fetched(self._single_queue, job)
+            return Fetched(self._single, job)
         self._idle_watching()
         return None
 
@@ -282,7 +283,7 @@ class Processor:
             return None
         arm = fetch and self._blocking is not None
         found = self._fetcher.ack_and_fetch(ack=self._ack_pending, fetch=fetch, arm=arm,
-                                            acked=self._done or 1)
+                                            acked=max(self._done, 1))
         self._ack_pending, self._done = None, 0
         self._report_skipped(found.skipped)
         self._armed = arm and not found.jobs and not found.skipped
@@ -404,13 +405,8 @@ class Processor:
         self._outage.succeeded()
 
     @property
-    def _single_queue(self) -> str:
-        return keys.queue_name(self._fetcher.single_queue or "")
-
-    @property
     def _role(self) -> str:
         return f"processor-{self.slot}"
-
 
 
 def _jid_of(raw: bytes) -> str:

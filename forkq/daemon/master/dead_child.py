@@ -76,14 +76,11 @@ def settle(
 ) -> Settled | None:
     """Settle the job held in ``gone.inflight_key``; None when it held none."""
     held = held_jobs.read(client, gone.inflight_key, gone.done)
-    if held.completed:  # jobs it completed and Redis did not hear of yet: not run again
-        held_jobs.acknowledge_completed(client, gone.inflight_key, held)
-        held = held_jobs.read(client, gone.inflight_key)
     timeout = _timeout_failure(held, gone, registry, max_retries, rng, now)
     if timeout is not None:
         failure, detail = timeout
         failures.file(client, gone.inflight_key, failure, held=held.job or b"")
-        behind = held_jobs.read(client, gone.inflight_key)  # held, not started: back, unchanged
+        behind = held_jobs.reread(client, gone.inflight_key)  # held, not started: back
         held_jobs.give_back(client, gone.inflight_key, behind, count=False, how=gone.how, now=now)
         return Settled(failure.mode, held.job or b"", detail)
     back = held_jobs.give_back(client, gone.inflight_key, held, count=gone.cause == "crash",
