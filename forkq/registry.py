@@ -13,6 +13,7 @@ Ruby enqueues under a class name.
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, ParamSpec, overload
@@ -65,6 +66,13 @@ class JobSpec:
     perform: Callable[..., Any]
     options: JobOptions
     job_class: type[Job] | None = None
+
+    @property
+    def is_coroutine(self) -> bool:
+        """Whether the body is ``async def``: its call gives a coroutine, which the processor
+        runs to its end on its event loop."""
+        body = self.perform if self.job_class is None else self.job_class.perform
+        return inspect.iscoroutinefunction(body)
 
     def call(self, payload: dict[str, Any]) -> Any:
         """Run the job with the payload's ``args`` (a fresh instance for ``Job`` classes)."""

@@ -6,13 +6,14 @@ own client, so tests can count executions by jid.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import time
 from typing import Any
 
-from forkq import Job
+from forkq import Job, job
 from forkq import client as clients
 
 
@@ -165,3 +166,26 @@ class Hold(Job, name="Hold"):
         if first:
             time.sleep(seconds)
         _note("test:ran", marker=marker, jid=self.jid, pid=os.getpid(), args=[marker])
+
+
+class Nap(Job, name="Nap"):
+    """A coroutine job: awaits ``seconds``, then appends its jid to the file ``path``."""
+
+    async def perform(self, seconds: float, path: str) -> None:  # type: ignore[override]
+        await asyncio.sleep(seconds)
+        with open(path, "a") as out:
+            out.write(f"{self.jid} {os.getpid()}\n")
+
+
+@job(name="async_boom", retry=False)
+async def async_boom(message: str) -> None:
+    """A coroutine job that fails after an await."""
+    await asyncio.sleep(0)
+    raise ValueError(message)
+
+
+@job(name="async_stuck")
+async def async_stuck(marker: str) -> None:
+    """A coroutine job that awaits forever (its timeout cancels it)."""
+    _note("test:started", marker=marker, pid=os.getpid())
+    await asyncio.sleep(3600)

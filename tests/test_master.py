@@ -273,6 +273,18 @@ def test_a_child_that_dies_is_replaced_at_once_after_a_healthy_life(
     assert m.store.settled[-1] == Gone(_key(m, first), "crash", "exited with status 1")
 
 
+def test_a_dead_child_with_lanes_has_every_lane_s_list_settled(
+        master: Callable[..., Master]) -> None:
+    m = master(config(concurrency=1, async_concurrency=3))
+    m.turn()
+    [pid] = m.boot_all()
+    m.processes.exit(pid, EXIT_1)
+    m.turn()
+    assert [gone.inflight_key for gone in m.store.settled[-4:]] == [
+        _key(m, pid), *(f"{_key(m, pid)}-{lane}" for lane in range(3))]
+    assert {gone.cause for gone in m.store.settled[-4:]} == {"crash"}
+
+
 def test_quick_deaths_back_off_0_5_1_2_4_seconds(master: Callable[..., Master]) -> None:
     m = master(config(concurrency=1))
     m.turn()

@@ -20,6 +20,10 @@ in order, to the front of their queues, and their deaths are never counted. Jobs
 batch it completed (``done``, read from its slot's shared progress) are acknowledged
 first, so they do not run again.
 
+A child running several jobs at once (``async_concurrency``) has one list per lane
+(:attr:`Gone.lanes`), each settled the same way: every job it was running is requeued, and
+after a crash each one's death counts.
+
 Whatever the cause, a held job that is no job (:class:`~forkq.errors.MalformedJobError`)
 goes to the dead set with its bytes kept, as a processor buries it.
 
@@ -29,7 +33,7 @@ A Redis error propagates and changes nothing; the caller retries the whole settl
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import redis
@@ -54,6 +58,12 @@ class Gone:
     timeout_jid: str = ""
     timeout: float = 0.0
     done: Done = held_jobs.NOTHING_DONE  # what it completed of a batch (its slot's Progress)
+    lanes: tuple[str, ...] = ()  # the in-flight lists of its lanes (async_concurrency > 1)
+
+    def each_list(self) -> list[Gone]:
+        """One record per in-flight list to settle: its own, then each lane's."""
+        return [self, *(replace(self, inflight_key=key, done=held_jobs.NOTHING_DONE, lanes=())
+                        for key in self.lanes)]
 
 
 @dataclass(frozen=True)
