@@ -10,6 +10,7 @@ scheduled / retry / dead sets, processes and totals of the server behind a clien
     for process in api.ProcessSet(r).live():
         print(process.identity, process.busy, process.concurrency)
     api.Stats.read(r).processed
+    api.cancel(r, jid)          # removed where it waits, or its processor stopped
 
 Everything here works on forkq's data and Sidekiq's (6.4 to 8.x) alike; see each
 module for its contract: :mod:`forkq.ops.queues`, :mod:`forkq.ops.sorted_sets`,
@@ -19,6 +20,7 @@ module for its contract: :mod:`forkq.ops.queues`, :mod:`forkq.ops.sorted_sets`,
 from __future__ import annotations
 
 from forkq.connection import connect
+from forkq.ops.cancel import Cancelled, cancel
 from forkq.ops.processes import Process, ProcessSet, Work
 from forkq.ops.queues import Queue
 from forkq.ops.records import JobRecord, SortedEntry
@@ -26,6 +28,7 @@ from forkq.ops.sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet
 from forkq.ops.stats import Stats, history
 
 __all__ = [
+    "Cancelled",
     "DeadSet",
     "JobRecord",
     "JobSet",
@@ -37,6 +40,7 @@ __all__ = [
     "SortedEntry",
     "Stats",
     "Work",
+    "cancel",
     "connect",
     "history",
 ]

@@ -47,6 +47,7 @@ OPERATOR: dict[str, ops.Command] = {
     "retries": ops.job_set("retries"),
     "dead": ops.job_set("dead"),
     "scheduled": ops.job_set("scheduled"),
+    "cancel": ops.cancel_jobs,
 }
 COMMANDS = ("run", "demo", "bench", "version", "enqueue", *OPERATOR)
 
@@ -142,6 +143,12 @@ def _operator_parsers(commands: Any) -> None:
                                         "delete, kill, clear"))
     _enqueue_parser(commands.add_parser("enqueue", parents=[common],
                                         help="push one job by name"))
+    cancel = commands.add_parser("cancel", parents=[common], help="cancel jobs: remove them "
+                                 "where they wait, or stop the processor running them")
+    cancel.add_argument("jids", nargs="*", metavar="JID")
+    cancel.add_argument("--wait", type=ops.seconds_option, default=5.0, metavar="SECONDS",
+                        help="how long to wait for a running job to be stopped (default 5)")
+    cancel.set_defaults(func=_operator)
 
 
 SIGNAL_COMMANDS = {"quiet": "stop taking jobs", "stop": "finish or requeue their jobs, then exit",

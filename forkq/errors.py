@@ -52,8 +52,14 @@ class JobKilledError(ForkqError):
     """The job's processor died under it too many times; the job goes to the dead set."""
 
 
+class JobCancelledError(ForkqError):
+    """Someone cancelled the job (``forkq cancel``, :func:`forkq.api.cancel`) while it ran, or
+    the job raised it on seeing :func:`forkq.cancel_requested`: it goes to the dead set,
+    never retried."""
+
+
 # Their ``error_class`` in retry and dead entries reads ``forkq.JobTimeoutError``.
-JobTimeoutError.__module__ = JobKilledError.__module__ = "forkq"
+JobTimeoutError.__module__ = JobKilledError.__module__ = JobCancelledError.__module__ = "forkq"
 
 
 class EnqueueError(ForkqError):

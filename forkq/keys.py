@@ -38,6 +38,9 @@ forkq's own keys:
   seconds (beat.lua)
   (the scheduler child too); the
   master reads it to fill ``:workers``, cull stale children and enforce job timeouts.
+- ``forkq:cancels`` — zset, no TTL — jobs whose cancellation was asked while they ran:
+  jid → the epoch the request stands until (1 h); written by ``forkq cancel``, watched by
+  every master, removed when carried out
 - ``forkq:kills:<jid>`` — string, 7 days — how many processors died while running
   this job (a recovery by the leader counts too); at 3 the job goes to the dead set
   instead of back to its queue.
@@ -142,6 +145,12 @@ def signals(identity: str) -> str:
 def beats(identity: str) -> str:
     """The hash where the children of a process write their heartbeats."""
     return f"forkq:beats:{identity}"
+
+
+CANCELS = "forkq:cancels"
+"""zset, no TTL — jobs whose cancellation was asked while they were running: jid → the epoch
+until which the request stands (:data:`CANCEL_TTL`); masters stop such a job and remove it."""
+CANCEL_TTL = 3600
 
 
 def kills(jid: str) -> str:

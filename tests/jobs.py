@@ -13,6 +13,7 @@ import signal
 import time
 from typing import Any
 
+import forkq
 from forkq import Job, job
 from forkq import client as clients
 
@@ -189,3 +190,15 @@ async def async_stuck(marker: str) -> None:
     """A coroutine job that awaits forever (its timeout cancels it)."""
     _note("test:started", marker=marker, pid=os.getpid())
     await asyncio.sleep(3600)
+
+
+class Patient(Job, name="Patient"):
+    """Records at its start what it sees of itself (``current_job``) and whether its
+    cancellation was asked, then sleeps ``seconds``."""
+
+    def perform(self, seconds: float) -> None:
+        current = forkq.current_job()
+        _note("test:started", jid=self.jid, pid=os.getpid(), asked=forkq.cancel_requested(),
+              current=current.jid if current else None)
+        time.sleep(seconds)
+        _note("test:ran", jid=self.jid, pid=os.getpid())

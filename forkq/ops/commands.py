@@ -31,6 +31,7 @@ from typing import Any
 import redis
 
 from forkq import client as clients
+from forkq import keys
 from forkq.errors import (
     EXIT_DATAERR,
     EXIT_FAILURE,
@@ -40,7 +41,7 @@ from forkq.errors import (
     ForkqError,
     NotFoundError,
 )
-from forkq.ops import tables
+from forkq.ops import cancel, tables
 from forkq.ops.processes import ProcessSet, Work
 from forkq.ops.queues import Queue
 from forkq.ops.records import SortedEntry
@@ -263,6 +264,44 @@ def _act(jobs: JobSet, kind: str, action: str, jids: list[str], *, every: bool) 
     text = "\n".join(f"{past} {jid}" for jid in done) or f"nothing {past}"
     data, code = _with_problems({"set": jobs.name, past: done}, missing, refused)
     return Outcome(data, text, code, errors)
+
+
+# --- cancel -------------------------------------------------------------------------------
+
+
+def cancel_jobs(client: redis.Redis, args: argparse.Namespace) -> Outcome:
+    """``forkq cancel JID...``: each job removed where it waits, or its processor stopped
+    (waiting up to ``--wait`` seconds to see it done); not found: exit 3."""
+    if not args.jids:
+        return failed(EXIT_USAGE, "cancel: name one or more JID")
+    results = [cancel.cancel(client, jid) for jid in args.jids]
+    stopped = _wait_stopped(client, [r.jid for r in results if r.outcome == "stopping"],
+                            args.wait)
+    lines, data = [], {}
+    for result in results:
+        line = result.describe()
+        if result.jid in stopped:
+            line = f"{result.jid}: stopped (its processor was killed); filed to dead"
+        lines.append(line)
+        data[result.jid] = "stopped" if result.jid in stopped else result.outcome
+    missing = [jid for jid, outcome in data.items() if outcome in ("not found", "dead")]
+    running = [jid for jid, outcome in data.items() if outcome == "stopping"]
+    code = EXIT_NOT_FOUND if missing else EXIT_FAILURE if running else EXIT_OK
+    errors = [f"{jid}: still running after {args.wait:g}s; the request stands for "
+              f"{keys.CANCEL_TTL // 60} minutes" for jid in running]
+    return Outcome({"cancelled": data}, "\n".join(lines), code, errors)
+
+
+def _wait_stopped(client: redis.Redis, jids: list[str], wait: float) -> set[str]:
+    """The ``jids`` whose cancellation a master carried out within ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    left = set(jids)
+    while left:
+        left = {jid for jid in left if client.zscore(keys.CANCELS, jid) is not None}
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    return set(jids) - left
 
 
 # --- enqueue ------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from forkq import payload as payloads
 from forkq.daemon.children import coroutines, failures
 from forkq.daemon.children.fetch import Fetched
 from forkq.errors import JobError
-from forkq.middleware import JobContext, ServerChain
+from forkq.middleware import JobContext, ServerChain, running
 from forkq.registry import JobSpec, Registry
 
 log = logging.getLogger(__name__)
@@ -64,8 +64,9 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
           "class": context.name, "jid": context.jid, "timeout": _kill_after(spec, payload, limit)})
     started = time.monotonic()
     try:
-        runs.middleware.run(context, lambda: coroutines.perform(
-            lambda: spec.call(payload), runs.coroutine_runner, limit))
+        with running(context):
+            runs.middleware.run(context, lambda: coroutines.perform(
+                lambda: spec.call(payload), runs.coroutine_runner, limit))
     except BaseException as exc:  # noqa: BLE001 - the one boundary where any job failure lands
         failure = failures.plan(payloads.decode(fetched.raw), exc, max_retries=runs.max_retries,
                                 rng=runs.rng, now=time.time(), retry_in=spec.options.retry_in)

@@ -47,11 +47,12 @@ from forkq.daemon.child_process import (
 )
 from forkq.daemon.children.lanes import Lanes
 from forkq.daemon.children.processor import Processor
+from forkq.daemon.master.cancels import Holder, to_stop
 from forkq.daemon.master.dead_child import Cause, Gone
 from forkq.daemon.master.effects import Clock, Store, SystemClock
 from forkq.daemon.master.health import Child, verdict
 from forkq.daemon.master.heartbeats import LastBeat, busy_entry
-from forkq.daemon.progress import Progress
+from forkq.daemon.progress import Done, Progress
 from forkq.daemon.refusal import Recurring
 from forkq.daemon.refusal import describe as describe_error
 from forkq.daemon.watch_token import WatchToken
@@ -225,6 +226,25 @@ class Pool:
         child.killed = self._gone(child, cause, reason, jid, timeout)
         self._processes.kill(child.pid, signal.SIGKILL)
 
+    def stop_cancelled(self, pending: set[str]) -> None:
+        """Kill each child running a job whose cancellation is asked (``pending`` jids; see
+        :mod:`~forkq.daemon.master.cancels`); reading their in-flight lists may raise a
+        Redis error."""
+        children = [child for child in self.children.values() if child.killed is None]
+        if not pending or not children:
+            return
+        lists = {child.pid: self._gone(child, "cancel", "").each_list() for child in children}
+        read = self._store.read_lists([gone.inflight_key for each in lists.values()
+                                       for gone in each])
+        holders = {pid: Holder([read[gone.inflight_key] for gone in each], self._done(pid))
+                   for pid, each in lists.items()}
+        for pid, jid in to_stop(pending, holders).items():
+            self.kill(self.children[pid], "cancel", f"job {jid} was cancelled", jid=jid)
+
+    def _done(self, pid: int) -> Done:
+        slot = self.children[pid].slot
+        return self._progress[slot].read() if slot in self._progress else Done()
+
     # -- watching ----------------------------------------------------------------------------
 
     def trust_again(self, now: float) -> None:
@@ -308,7 +328,8 @@ class Pool:
                                 f"in a row: {reason}")
 
     def _schedule_respawn(self, child: Child, code: int, now: float) -> None:
-        abnormal = code != 0 or child.killed is not None
+        cancelled = child.killed is not None and child.killed.cause == "cancel"
+        abnormal = not cancelled and (code != 0 or child.killed is not None)
         quick, _ = self._backoff.get(child.slot, (0, 0.0))
         quick = quick + 1 if abnormal and now - child.started < QUICK_DEATH else 0
         delay = respawn_delay(quick)
