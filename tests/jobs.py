@@ -165,3 +165,14 @@ class Hold(Job, name="Hold"):
         if first:
             time.sleep(seconds)
         _note("test:ran", marker=marker, jid=self.jid, pid=os.getpid(), args=[marker])
+
+
+class Gate(Job, name="Gate"):
+    """Records its start, then blocks until a test pushes to ``test:gate:<marker>`` (at most
+    ``timeout`` seconds), then records its completion."""
+
+    def perform(self, marker: str, timeout: float = 60) -> None:
+        r = clients.default().redis
+        _note("test:started", marker=marker, jid=self.jid, pid=os.getpid())
+        r.blpop([f"test:gate:{marker}"], timeout=timeout)
+        _note("test:ran", marker=marker, jid=self.jid, pid=os.getpid())

@@ -15,6 +15,10 @@ child whose master has died stops the same way. TTIN (stack dump) and USR2
 A Redis outage is logged once, waited out with backoff, and its recovery logged
 once; a finished job's acknowledgement is kept until it succeeds.
 
+A failed job is logged as one line (class, jid, time, error, where it goes) followed by
+its traceback in Python's format, at WARNING when it will be retried and at ERROR when it
+goes dead or is dropped (:data:`FAILURE_LEVELS`).
+
 Boot report: the child writes ``ready`` to ``report_fd`` after its first
 successful registration in Redis, or ``error <reason>`` if its setup failed (it
 then exits with :data:`~forkq.errors.EXIT_CHILD_BOOT`). The master counts boot
@@ -63,6 +67,9 @@ IDLE_WAIT = 2.0
 MEMORY_CHECK_INTERVAL = 1.0
 PARENT_CHECK_INTERVAL = 0.5
 REFUSED_WAIT = 1.0  # between tries of a step Redis refused (a key of the wrong type, OOM)
+# A failed job's line, followed by its traceback: WARNING while it will be retried, ERROR
+# when it will not run again (dead, or dropped: ``retry: false`` / ``dead: false``).
+FAILURE_LEVELS = {"retry": logging.WARNING, "dead": logging.ERROR, "drop": logging.ERROR}
 
 
 class Processor:
@@ -322,11 +329,12 @@ class Processor:
         started = time.monotonic()
         try:
             self.middleware.run(context, lambda: spec.call(payload))
-        except BaseException as exc:  # noqa: BLE001 - the one boundary where any job failure lands
+        except BaseException as exc:  # the one boundary where any job failure lands
             failure = self._fail(fetched, exc, spec.options.retry_in)
-            log.warning("%s jid=%s fail: %.3f sec: %s: %s -> %s", context.name, context.jid,
-                        time.monotonic() - started, failures.error_class_name(exc),
-                        failures.error_message(exc), failure.mode)
+            log.log(FAILURE_LEVELS[failure.mode], "%s jid=%s fail: %.3f sec: %s: %s -> %s",
+                    context.name, context.jid, time.monotonic() - started,
+                    failures.error_class_name(exc), failures.error_message(exc), failure.mode,
+                    exc_info=exc)
         else:
             self._acknowledge(fetched.raw)
             log.info("%s jid=%s done: %.3f sec", context.name, context.jid,
