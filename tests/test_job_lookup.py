@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from forkq import api, wirejson
@@ -201,3 +202,110 @@ def _stand_in_process(r: redis.Redis, identity: str, pid: int) -> None:
 def _job(jid: str, **extra: Any) -> str:
     return wirejson.dumps({"class": "Record", "args": [jid], "queue": "default", "jid": jid,
                            "created_at": time.time(), **extra})
+
+
+def _beat(r: redis.Redis, identity: str, child: int, job: str | None) -> None:
+    """A forkq child's heartbeat naming ``job`` (its raw JSON) as the one it runs."""
+    running = None if job is None else {"queue": "default", "payload": job, "run_at": 1,
+                                        "started": time.time() - 5, "class": "Record",
+                                        "jid": json.loads(job)["jid"]}
+    r.hset(f"forkq:beats:{identity}", str(child), json.dumps({"at": time.time(), "seq": 1,
+                                                              "job": running}))
+
+
+def test_in_flight_jobs_running_held_completed_and_orphaned(r: redis.Redis) -> None:
+    identity, gone = "box:100:aaaaaaaaaaaa", "box:200:bbbbbbbbbbbb"
+    _stand_in_process(r, identity, 100)
+    done, runs, held = (_job(f"{n:024x}") for n in range(1, 4))
+    mine = f"forkq:inflight:{identity}:101"
+    r.rpush(mine, "queue:default", done, "queue:default", runs, "queue:default", held)
+    _beat(r, identity, 101, runs)
+    orphan = _job("f" * 24)
+    r.rpush(f"forkq:inflight:{gone}:201", "queue:low", orphan)
+    r.sadd("forkq:inflight", mine, f"forkq:inflight:{gone}:201")
+
+    def where(jid: str) -> tuple[Any, ...]:
+        (place,) = api.find_job(r, jid).places
+        return place.kind, place.state, place.identity, place.worker, place.queue, place.pid
+
+    assert where(f"{1:024x}") == ("in-flight", "completed", identity, "101", "default", 100)
+    assert where(f"{2:024x}") == ("running", "running", identity, "101", "default", 100)
+    assert where(f"{3:024x}") == ("in-flight", "held", identity, "101", "default", 100)
+    assert where("f" * 24) == ("in-flight", "orphaned", gone, "201", "low", None)
+    (running,) = api.find_job(r, f"{2:024x}").places
+    assert running.at is not None and time.time() - 6 < running.at < time.time() - 4
+    _beat(r, identity, 101, None)  # idle beat: the list still holds the job
+    assert where(f"{2:024x}")[:2] == ("in-flight", "fetched")
+
+
+def test_a_sidekiq_process_busy_job_is_found_running(r: redis.Redis) -> None:
+    identity = "rubyhost:300:cccccccccccc"
+    _stand_in_process(r, identity, 300)
+    job = _job("d" * 24)
+    r.hset(f"{identity}:work", "tid-52k", wirejson.dumps({"queue": "critical", "payload": job,
+                                                          "run_at": 1795238985}))
+    r.hset(f"{identity}:workers", "tid-52k", wirejson.dumps({"queue": "critical",
+                                                             "payload": job,
+                                                             "run_at": 1795238985}))
+    (place,) = api.find_job(r, "d" * 24).places
+    assert (place.kind, place.identity, place.hostname, place.pid, place.worker, place.queue,
+            place.at) == ("running", identity, "box", 300, "tid-52k", "critical", 1795238985)
+
+
+def test_hostile_data_is_reported_and_the_lookup_goes_on(r: redis.Redis) -> None:
+    jid = "e" * 24
+    r.set("retry", "not a zset")
+    r.sadd("queues", "broken", "default")
+    r.hset("queue:broken", "x", jid)
+    r.lpush("queue:default", f'{{"jid":"{jid}", broken json', _job("other", note=jid))
+    r.zadd("dead", {f'["{jid}"]': 1.0})
+    r.set("processes", "a string")
+    r.sadd("forkq:inflight", "not-an-inflight-key")
+    r.zadd("schedule", {_job(jid): 2e9})
+
+    found = api.find_job(r, jid)
+    assert [(p.kind, p.at) for p in found.places] == [("scheduled", 2e9)]
+    problems = "\n".join(found.problems)
+    assert "key 'retry' holds a string, not a zset; not searched" in problems
+    assert "key 'queue:broken' holds a hash, not a list" in problems
+    assert f"queue 'default' holds {jid!r} in something that is not a job" in problems
+    assert f"the dead set holds {jid!r} in something that is not a job" in problems
+    assert "key 'processes': not searched further: WRONGTYPE" in problems
+    assert "'not-an-inflight-key', which is not an in-flight list" in problems
+    assert "other" not in problems  # a job whose args mention the jid is just another job
+
+
+def test_jids_with_glob_characters_match_themselves_only(r: redis.Redis) -> None:
+    odd = 'a*[b]?\\c"d^-e'
+    r.zadd("dead", {_job(odd): 1.0, _job("aXXbYc\"d^-e"): 2.0, _job('a*[b]?\\c"d^-e2'): 3.0})
+    r.zadd("retry", {_job("a*[b]?\\\\c"): 1.0})
+    (place,) = api.find_job(r, odd).places
+    assert (place.kind, place.job.jid) == ("dead", odd)
+    assert api.RetrySet(r).find_job(odd) is None and api.DeadSet(r).find_job(odd) == place.job
+    assert not api.find_job(r, "*").found and not api.find_job(r, "").found
+    assert api.find_job(r, "x\udcff").problems  # no job can hold it: said, not raised
+
+
+def test_a_deep_queue_is_searched_window_by_window(r: redis.Redis) -> None:
+    client = Client(r)
+    jids = client.push_bulk({"class": "Record", "args": [[n] for n in range(2500)]})
+    for position in (0, 999, 1000, 1001, 2499):
+        (place,) = api.find_job(r, jids[position]).places
+        assert (place.kind, place.queue, place.position) == ("queued", "default", position)
+
+
+@pytest.mark.process
+def test_forkq_job_notes_what_it_could_not_search(r: redis.Redis, server: EmbeddedServer
+                                                  ) -> None:
+    cli = Forkq(server)
+    jid = "9" * 24
+    r.set("retry", "not a zset")
+    r.zadd("schedule", {_job(jid): 2e9})
+    out, err = cli.text("job", jid)
+    assert out.startswith(f"job {jid}: scheduled, due ")
+    assert err == ("forkq: note: key 'retry' holds a string, not a zset; not searched\n")
+    r.delete("schedule")
+    out, err = cli.text("job", jid, code=EXIT_NOT_FOUND)
+    assert out == "" and err.splitlines() == [
+        "forkq: note: key 'retry' holds a string, not a zset; not searched",
+        f"forkq: job {jid} not found"]
