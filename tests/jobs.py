@@ -202,3 +202,14 @@ class Patient(Job, name="Patient"):
               current=current.jid if current else None)
         time.sleep(seconds)
         _note("test:ran", jid=self.jid, pid=os.getpid())
+
+
+class Gate(Job, name="Gate"):
+    """Records its start, then blocks until a test pushes to ``test:gate:<marker>`` (at most
+    ``timeout`` seconds), then records its completion."""
+
+    def perform(self, marker: str, timeout: float = 60) -> None:
+        r = clients.default().redis
+        _note("test:started", marker=marker, jid=self.jid, pid=os.getpid())
+        r.blpop([f"test:gate:{marker}"], timeout=timeout)
+        _note("test:ran", marker=marker, jid=self.jid, pid=os.getpid())

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from forkq import keys
+from forkq import api, keys
 from forkq.client import Client
 
 from .conftest import records, until
@@ -136,6 +136,8 @@ def test_a_stopped_processor_lets_every_lane_finish_its_job(
     d = daemon("concurrency: 1\nasync_concurrency: 20\nrequire: jobs\n")
     [child] = d.wait_children(1)
     until(lambda: _lanes_busy(r, child.pid) == 10, 15, lambda: d.log())
+    [place] = api.find_job(r, jids[3]).places
+    assert (place.kind, place.pid) == ("running", d.pid)
     d.signal(signal.SIGTTIN)
     until(lambda: "TTIN" in d.log(), 5, lambda: d.log())
     d.signal(signal.SIGTERM)

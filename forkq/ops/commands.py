@@ -1,5 +1,6 @@
 """The operator's commands on top of :mod:`forkq.api`: ``status``, ``quiet``, ``stop``,
-``dump``, ``reload``, ``queues``, ``retries`` / ``dead`` / ``scheduled`` and ``enqueue``.
+``dump``, ``reload``, ``queues``, ``retries`` / ``dead`` / ``scheduled``, ``job`` and
+``enqueue``.
 
 Each command is a function ``(client, args) -> Outcome``: the data printed with
 ``--json`` (one JSON object on stdout), the text printed otherwise, the messages for
@@ -10,7 +11,7 @@ stderr, and the exit status:
 - 65 — unusable input (an ``enqueue`` ARG that looks like JSON but does not parse, or a
   value JSON cannot carry such as NaN);
 - 66 — a named process, queue or jid is not there; the others named were still acted on,
-  and ``--json`` lists the absent ones under ``missing``;
+  and ``--json`` lists the absent ones under ``missing`` (``job JID``: "job JID not found");
 - 1 — something named was refused (a set entry that is not a job, a remote signal a
   process does not take); the rest were acted on, and ``--json`` lists them under
   ``refused``. Redis errors are handled in :mod:`forkq.cli` (69 when it does not answer).
@@ -42,6 +43,7 @@ from forkq.errors import (
     NotFoundError,
 )
 from forkq.ops import cancel, tables
+from forkq.ops.lookup import Place, find_job
 from forkq.ops.processes import ProcessSet, Work
 from forkq.ops.queues import Queue
 from forkq.ops.records import SortedEntry
@@ -302,6 +304,47 @@ def _wait_stopped(client: redis.Redis, jids: list[str], wait: float) -> set[str]
             break
         time.sleep(0.05)
     return set(jids) - left
+
+
+# --- job ----------------------------------------------------------------------------------
+
+
+def job(client: redis.Redis, args: argparse.Namespace) -> Outcome:
+    """``job JID``: every place the job is (see :mod:`forkq.ops.lookup`), with its whole
+    payload, error message and backtrace; 66 and "job JID not found" when it is nowhere.
+    What could not be searched is noted on stderr (``problems`` with --json)."""
+    found = find_job(client, args.jid)
+    notes = [f"note: {problem}" for problem in found.problems]
+    data = {"jid": args.jid, "places": [p.summary() for p in found.places],
+            "problems": found.problems}
+    if not found.found:
+        message = f"job {args.jid} not found"
+        return Outcome({**data, "error": message}, "", EXIT_NOT_FOUND, [*notes, message])
+    now = time.time()
+    text = "\n\n".join(_place_text(place, now) for place in found.places)
+    return Outcome(data, text, EXIT_OK, notes)
+
+
+def _place_text(place: Place, now: float) -> str:
+    """A job in one place: a headline, then its fields, the error and backtrace whole."""
+    record = place.job
+    fields = [("class", record.klass), ("args", json.dumps(record.args, ensure_ascii=False)),
+              ("queue", place.queue or record.queue), ("key", place.key),
+              ("created", tables.moment(record.created_at, now)),
+              ("enqueued", tables.moment(record.enqueued_at, now))]
+    if record.retry_count is not None:
+        fields.append(("retries", str(record.retry_count)))
+    if record.error_class or record.error_message:
+        fields.append(("error", f"{record.error_class}: {record.error_message}"))
+    if record.error_backtrace:
+        fields.append(("backtrace", "\n".join(record.error_backtrace)))
+    fields.append(("payload", record.raw.decode("utf-8", "replace")))
+    lines = [f"job {record.jid}: {place.headline(now)}"]
+    for name, value in fields:
+        first, *rest = value.split("\n") or [""]
+        lines.append(f"  {name:<10} {first}")
+        lines += [f"  {'':<10} {line}" for line in rest]
+    return "\n".join(lines)
 
 
 # --- enqueue ------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ Contract of :func:`run`: it returns None when the job completed, else the
 :class:`~forkq.daemon.children.failures.Failure` to file: a job that cannot run (malformed,
 unknown class) is buried; an exception of any kind from the middleware or the body
 (``BaseException``: the one boundary where a job's failure lands) goes through the retry
-policy. ``show`` is told the running job (the heartbeat's ``job`` entry) before the body
+policy; its line in the log is followed by its traceback (:data:`FAILURE_LEVELS`).
+``show`` is told the running job (the heartbeat's ``job`` entry) before the body
 runs and None after.
 """
 
@@ -31,6 +32,10 @@ from forkq.middleware import JobContext, ServerChain, running
 from forkq.registry import JobSpec, Registry
 
 log = logging.getLogger(__name__)
+
+FAILURE_LEVELS = {"retry": logging.WARNING, "dead": logging.ERROR, "drop": logging.ERROR}
+"""A failed job's line, followed by its traceback: WARNING while it will be retried, ERROR
+when it will not run again (dead, or dropped: ``retry: false`` / ``dead: false``)."""
 
 Show = Callable[[dict[str, Any] | None], None]
 
@@ -67,12 +72,13 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
         with running(context):
             runs.middleware.run(context, lambda: coroutines.perform(
                 lambda: spec.call(payload), runs.coroutine_runner, limit))
-    except BaseException as exc:  # noqa: BLE001 - the one boundary where any job failure lands
+    except BaseException as exc:
         failure = failures.plan(payloads.decode(fetched.raw), exc, max_retries=runs.max_retries,
                                 rng=runs.rng, now=time.time(), retry_in=spec.options.retry_in)
-        log.warning("%s jid=%s fail: %.3f sec: %s: %s -> %s", context.name, context.jid,
-                    time.monotonic() - started, failures.error_class_name(exc),
-                    failures.error_message(exc), failure.mode)
+        log.log(FAILURE_LEVELS[failure.mode], "%s jid=%s fail: %.3f sec: %s: %s -> %s",
+                context.name, context.jid, time.monotonic() - started,
+                failures.error_class_name(exc), failures.error_message(exc), failure.mode,
+                exc_info=exc)
         return failure
     finally:
         show(None)

@@ -15,6 +15,10 @@ child whose master has died stops the same way. TTIN (stack dump) and USR2
 A Redis outage is logged once, waited out with backoff, and its recovery logged
 once; a finished job's acknowledgement is kept until it succeeds.
 
+A failed job is logged as one line (class, jid, time, error, where it goes) followed by
+its traceback in Python's format, at WARNING when it will be retried and at ERROR when it
+goes dead or is dropped (:data:`~forkq.daemon.children.job_run.FAILURE_LEVELS`).
+
 Boot report: the child writes ``ready`` to ``report_fd`` after its first
 successful registration in Redis, or ``error <reason>`` if its setup failed (it
 then exits with :data:`~forkq.errors.EXIT_CHILD_BOOT`). The master counts boot
