@@ -2,9 +2,9 @@
 
 :func:`cancel` first records the request (``forkq:cancels``, jid → expiry, kept
 :data:`~forkq.keys.CANCEL_TTL` seconds), then looks for the job where a job moves, in that
-order: ``schedule``, ``retry``, each queue, the processors' in-flight lists. A job found
-waiting is removed where it is (``ZREM`` / ``LREM`` of its exact bytes) and the request
-withdrawn. A job found in an in-flight list is running (or held by a processor about to
+order (:func:`forkq.ops.lookup.find_job`): ``schedule``, each queue, the processors'
+in-flight lists, ``retry``. A job found waiting is removed where it is (``ZREM`` / ``LREM``
+of its exact bytes) and the request withdrawn. A job found in an in-flight list is running (or held by a processor about to
 run it): the request stands, and the master of the daemon running it kills that processor
 within a second of the request (:mod:`forkq.daemon.master.cancels`; the processor is replaced
 at once) and files the job to ``dead`` with ``forkq.JobCancelledError``: never retried. A
@@ -14,8 +14,9 @@ nowhere was done (or never existed) and the request is withdrawn.
 
 A job can also look at the request itself (:func:`forkq.cancel_requested`) and stop early.
 
-Cost: each sorted set is a ``ZSCAN`` for the jid; each queue is read whole (O(its
-length)), as Sidekiq's ``Queue#find_job``; the in-flight lists come from their registry.
+Cost: the look-up's (O(total jobs), searched on the server). A job a Sidekiq process runs
+cannot be stopped from here (it is reported not found); one completed but not yet
+acknowledged is done (not found).
 """
 
 from __future__ import annotations
@@ -27,10 +28,7 @@ from typing import Literal
 import redis
 
 from forkq import keys
-from forkq.connection import raw, text
-from forkq.ops.queues import Queue
-from forkq.ops.records import JobRecord
-from forkq.ops.sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet
+from forkq.ops.lookup import Place, find_job
 
 Outcome = Literal["unscheduled", "removed from retries", "dequeued", "stopping", "dead",
                   "not found"]
@@ -67,12 +65,10 @@ def cancel(client: redis.Redis, jid: str, *, now: float | None = None) -> Cancel
         pipe.zremrangebyscore(keys.CANCELS, "-inf", now)
         pipe.zadd(keys.CANCELS, {jid: now + keys.CANCEL_TTL})
         pipe.execute()
-    found = _waiting(client, jid) or _running(client, jid)
-    if found is None:
-        found = Cancelled(jid, "dead" if DeadSet(client).find_job(jid) else "not found")
-    if found.outcome != "stopping":
+    result = _act(client, jid, find_job(client, jid).places)
+    if result.outcome != "stopping":
         withdraw(client, jid)
-    return found
+    return result
 
 
 def withdraw(client: redis.Redis, jid: str) -> None:
@@ -80,32 +76,20 @@ def withdraw(client: redis.Redis, jid: str) -> None:
     client.zrem(keys.CANCELS, jid)
 
 
-def _waiting(client: redis.Redis, jid: str) -> Cancelled | None:
-    """Remove ``jid`` from the first place it waits in; None when it waits nowhere."""
-    sets: list[tuple[JobSet, Outcome]] = [(ScheduledSet(client), "unscheduled"),
-                                          (RetrySet(client), "removed from retries")]
-    for job_set, outcome in sets:
-        entry = job_set.find_job(jid)
-        if entry is not None and job_set.delete(entry):
-            return Cancelled(jid, outcome, job_set.name)
-    for queue in Queue.all(client):
-        job = queue.find_job(jid)
-        if job is not None and queue.delete(job):
-            return Cancelled(jid, "dequeued", queue.name)
-    return None
+def _act(client: redis.Redis, jid: str, places: list[Place]) -> Cancelled:
+    """Remove the job from the first place it waits in (by the bytes it was read as: a job
+    that left meanwhile is not removed), or find it in a forkq processor's hands."""
+    dead = False
+    for place in places:
+        if place.kind in _SETS and client.zrem(place.key, place.job.raw):
+            return Cancelled(jid, _SETS[place.kind], place.key)
+        if place.kind == "queued" and client.lrem(place.key, 1, place.job.raw):  # type: ignore[arg-type]
+            return Cancelled(jid, "dequeued", place.queue)
+        if (place.key.startswith(keys.INFLIGHT_PREFIX) and place.state != "completed"
+                and place.kind in ("running", "in-flight")):
+            return Cancelled(jid, "stopping", place.key)
+        dead = dead or place.kind == "dead"
+    return Cancelled(jid, "dead" if dead else "not found")
 
 
-def _running(client: redis.Redis, jid: str) -> Cancelled | None:
-    """The in-flight list holding ``jid``, if any (a key of another type is passed over)."""
-    try:
-        registered = client.smembers(keys.INFLIGHT_REGISTRY)
-    except redis.ResponseError:  # the registry holds another type: nothing to look in
-        return None
-    for key in sorted(text(member) for member in registered):
-        try:
-            held = client.lrange(key, 0, -1)
-        except redis.ResponseError:
-            continue
-        if any(JobRecord(raw(element)).jid == jid for element in held[1::2]):
-            return Cancelled(jid, "stopping", key)
-    return None
+_SETS: dict[str, Outcome] = {"scheduled": "unscheduled", "retry": "removed from retries"}
