@@ -252,6 +252,16 @@ def cancel_requested(jid: str | None = None, *, client: Client | None = None) ->
     return (client or default()).redis.zscore(keys.CANCELS, jid) is not None
 
 
+def result(jid: str, *, timeout: float | None = None, client: Client | None = None) -> Any:
+    """What job ``jid`` returned, once it completed: a job with the ``result_ttl`` option
+    (see :mod:`forkq.results`). Blocks on the server (no polling) up to ``timeout`` seconds
+    (None: for ever); raises :class:`~forkq.errors.JobFailedError` when the job failed for
+    good, :class:`~forkq.errors.ResultTimeoutError` when nothing came in time."""
+    from forkq import results  # the client side loads it only when results are used
+
+    return results.wait((client or default()).redis, jid, timeout)
+
+
 _default: Client | None = None
 
 

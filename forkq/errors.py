@@ -80,6 +80,21 @@ class EnqueueError(ForkqError):
         self.unknown = unknown
 
 
+class JobFailedError(ForkqError):
+    """:func:`forkq.result` of a job that failed for good (dead or dropped): its
+    ``error_class`` and ``error_message``, as filed."""
+
+    def __init__(self, jid: str, error_class: str, error_message: str) -> None:
+        super().__init__(f"job {jid} failed: {error_class}: {error_message}")
+        self.jid = jid
+        self.error_class = error_class
+        self.error_message = error_message
+
+
+class ResultTimeoutError(ForkqError, TimeoutError):
+    """:func:`forkq.result` waited its ``timeout`` and no result was stored."""
+
+
 class NotFoundError(ForkqError):
     """An operator named a process, queue or job that is not there.
 

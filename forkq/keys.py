@@ -38,6 +38,9 @@ forkq's own keys:
   seconds (beat.lua)
   (the scheduler child too); the
   master reads it to fill ``:workers``, cull stale children and enforce job timeouts.
+- ``forkq:result:<jid>`` — list of one JSON document, the job's ``result_ttl`` — the
+  result of a job that asked for one: ``{"value": …}`` or ``{"error_class", "error_message"}``
+  (:mod:`forkq.results`)
 - ``forkq:cancels`` — zset, no TTL — jobs whose cancellation was asked while they ran:
   jid → the epoch the request stands until (1 h); written by ``forkq cancel``, watched by
   every master, removed when carried out
@@ -145,6 +148,11 @@ def signals(identity: str) -> str:
 def beats(identity: str) -> str:
     """The hash where the children of a process write their heartbeats."""
     return f"forkq:beats:{identity}"
+
+
+def result(jid: str) -> str:
+    """Where the result of job ``jid`` is kept (a job with ``result_ttl``)."""
+    return f"forkq:result:{jid}"
 
 
 CANCELS = "forkq:cancels"

@@ -55,6 +55,7 @@ class JobOptions:
                  if k in {"queue", "retry", "backtrace", "retry_in"}}
         extra = {k: v for k, v in overrides.items() if k not in known}
         _check_options(known)
+        _check_extra(extra)
         return replace(self, extra={**self.extra, **extra}, **known)
 
 
@@ -206,6 +207,7 @@ def job(
 
     def register(target: Callable[..., Any]) -> JobFunction[Any]:
         _check_options({"queue": queue, "retry": retry, "backtrace": backtrace})
+        _check_extra(extra)
         options = JobOptions(queue, retry, backtrace, retry_in, dict(extra))
         wire_name = name or f"{target.__module__}.{target.__qualname__}"
         registry.register(JobSpec(wire_name, target, options))
@@ -264,6 +266,15 @@ class Job:
     def perform_at(cls, when: float | dt.datetime, *args: Any) -> str | None:
         """Push to run at ``when``."""
         return cls.set().perform_at(when, *args)
+
+
+def _check_extra(extra: dict[str, Any]) -> None:
+    """The options forkq reads among those that only travel in the payload."""
+    ttl = extra.get("result_ttl")
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float))
+                            or not 0 < ttl < float("inf")):
+        raise ValueError(f"job option result_ttl must be a positive number of seconds, "
+                         f"got {ttl!r}")
 
 
 def _check_options(options: dict[str, Any]) -> None:

@@ -213,3 +213,28 @@ class Gate(Job, name="Gate"):
         _note("test:started", marker=marker, jid=self.jid, pid=os.getpid())
         r.blpop([f"test:gate:{marker}"], timeout=timeout)
         _note("test:ran", marker=marker, jid=self.jid, pid=os.getpid())
+
+
+@job(name="answer", result_ttl=60)
+def answer(number: int) -> dict[str, int]:
+    """Returns a JSON value, kept as its result for a minute."""
+    return {"double": 2 * number}
+
+
+@job(name="answer_async", result_ttl=60)
+async def answer_async(number: int) -> list[int]:
+    """A coroutine job with a result."""
+    await asyncio.sleep(0)
+    return [number, number]
+
+
+@job(name="answer_fails", result_ttl=60, retry=False)
+def answer_fails(message: str) -> None:
+    """Fails for good: its result is the failure."""
+    raise ValueError(message)
+
+
+@job(name="answer_set", result_ttl=60)
+def answer_set() -> set[int]:
+    """Returns what JSON cannot carry."""
+    return {1, 2}

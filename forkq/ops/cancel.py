@@ -4,13 +4,14 @@
 :data:`~forkq.keys.CANCEL_TTL` seconds), then looks for the job where a job moves, in that
 order (:func:`forkq.ops.lookup.find_job`): ``schedule``, each queue, the processors'
 in-flight lists, ``retry``. A job found waiting is removed where it is (``ZREM`` / ``LREM``
-of its exact bytes) and the request withdrawn. A job found in an in-flight list is running (or held by a processor about to
-run it): the request stands, and the master of the daemon running it kills that processor
-within a second of the request (:mod:`forkq.daemon.master.cancels`; the processor is replaced
-at once) and files the job to ``dead`` with ``forkq.JobCancelledError``: never retried. A
-job that moves while it is looked for (a queue → a processor) is found at its next place,
-and the standing request catches it there. A job in ``dead`` is left there; one found
-nowhere was done (or never existed) and the request is withdrawn.
+of its exact bytes) and the request withdrawn. A job found in an in-flight list is running
+(or held by a processor about to run it): the request stands, and the master of the daemon
+running it kills that processor within a second of the request
+(:mod:`forkq.daemon.master.cancels`; the processor is replaced at once) and files the job to
+``dead`` with ``forkq.JobCancelledError``: never retried. A job that moves while it is looked
+for (a queue → a processor) is found at its next place, and the standing request catches it
+there. A job in ``dead`` is left there; one found nowhere was done (or never existed) and the
+request is withdrawn.
 
 A job can also look at the request itself (:func:`forkq.cancel_requested`) and stop early.
 

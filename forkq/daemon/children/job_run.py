@@ -24,7 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import redis
+
 from forkq import payload as payloads
+from forkq import results
 from forkq.daemon.children import coroutines, failures
 from forkq.daemon.children.fetch import Fetched
 from forkq.errors import JobError
@@ -50,6 +53,7 @@ class Runs:
     max_retries: int
     job_timeout: float  # the ``job_timeout`` setting, for jobs without their own
     rng: random.Random
+    redis: Any  # the processor's client: results of jobs with ``result_ttl``
 
 
 def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
@@ -65,25 +69,42 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
                          payload["args"])
     log.info("%s jid=%s start", context.name, context.jid)
     limit = timeout_of(payload) or runs.job_timeout
+    keep = results.ttl_of(payload)
     show({"queue": fetched.queue, "payload": fetched.raw, "run_at": int(now), "started": now,
           "class": context.name, "jid": context.jid, "timeout": _kill_after(spec, payload, limit)})
     started = time.monotonic()
     try:
         with running(context):
-            runs.middleware.run(context, lambda: coroutines.perform(
+            value = runs.middleware.run(context, lambda: coroutines.perform(
                 lambda: spec.call(payload), runs.coroutine_runner, limit))
-    except BaseException as exc:
+    except BaseException as exc:  # the one boundary where any job failure lands
         failure = failures.plan(payloads.decode(fetched.raw), exc, max_retries=runs.max_retries,
                                 rng=runs.rng, now=time.time(), retry_in=spec.options.retry_in)
         log.log(FAILURE_LEVELS[failure.mode], "%s jid=%s fail: %.3f sec: %s: %s -> %s",
                 context.name, context.jid, time.monotonic() - started,
                 failures.error_class_name(exc), failures.error_message(exc), failure.mode,
                 exc_info=exc)
+        if keep and failure.mode != "retry":
+            error = (failures.error_class_name(exc), failures.error_message(exc))
+            _keep(context, lambda: results.store_failure(runs.redis, context.jid, *error, keep))
         return failure
     finally:
         show(None)
     log.info("%s jid=%s done: %.3f sec", context.name, context.jid, time.monotonic() - started)
+    if keep:
+        _keep(context, lambda: results.store_value(runs.redis, context.jid, value, keep))
     return None
+
+
+def _keep(context: JobContext, store: Callable[[], str | None]) -> None:
+    """Store a job's result; a refusal or an outage is logged, and the job stays done."""
+    try:
+        problem = store()
+    except redis.RedisError as exc:
+        log.warning("%s jid=%s: its result was not stored: %s", context.name, context.jid, exc)
+        return
+    if problem:
+        log.warning("%s jid=%s: %s", context.name, context.jid, problem)
 
 
 def timeout_of(payload: payloads.Payload) -> float:

@@ -170,7 +170,8 @@ class Lanes:
         self._loop = coroutines.LoopThread()
         self._runs = job_run.Runs(self.registry, self.middleware, self._loop.run,
                                   max_retries=self.config.max_retries,
-                                  job_timeout=self.config.job_timeout, rng=random.Random())
+                                  job_timeout=self.config.job_timeout, rng=random.Random(),
+                                  redis=self.redis)
         hooks.run("child_boot", strict=True)
 
     def _register(self) -> None:

@@ -162,7 +162,8 @@ class Processor:
         self._loop = coroutines.EventLoop()
         self._runs = job_run.Runs(self.registry, self.middleware, self._loop.run,
                                   max_retries=self.config.max_retries,
-                                  job_timeout=self.config.job_timeout, rng=self._rng)
+                                  job_timeout=self.config.job_timeout, rng=self._rng,
+                                  redis=self.redis)
         self._armed = False
         self._registered = False
         hooks.run("child_boot", strict=True)
