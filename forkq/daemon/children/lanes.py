@@ -138,6 +138,9 @@ class Lanes:
                                     name=f"forkq-lane-{lane.number}") for lane in self._lanes]
         for thread in threads:
             thread.start()
+        self._threads = {lane.number: thread for lane, thread in zip(self._lanes, threads,
+                                                                     strict=True)}
+        self._beat.lanes = self._lanes_doing
         while not self.stopping:
             self._coordinate()
         self._doorbell.close()
@@ -281,6 +284,16 @@ class Lanes:
                 self._running[lane] = job
             self._beat.job = min(self._running.values(), key=lambda entry: entry["started"],
                                  default=None)
+
+    def _lanes_doing(self) -> list[tuple[str, int]]:
+        """For the TTIN dump (heartbeat thread): what each busy lane runs, and its thread."""
+        with self._lock:
+            running = dict(self._running)
+        now = time.time()
+        return [(f"lane {lane} running {job['class']} jid={job['jid']} from queue "
+                 f"{job['queue']} for {now - job['started']:.1f}s",
+                 self._threads[lane].ident or 0) for lane, job in sorted(running.items())
+                ] or [("idle: no lane runs a job", threading.main_thread().ident or 0)]
 
     def _count_job(self) -> None:
         """After a job: stop after ``max_jobs`` jobs or above ``max_memory_mb``."""
