@@ -58,7 +58,9 @@ def test_a_coroutine_job_s_result_and_a_failure_for_good(
     assert (caught.value.error_class, caught.value.error_message) == ("ValueError", "no luck")
     with pytest.raises(forkq.JobFailedError, match="cannot be stored as JSON"):
         forkq.result(unstorable, timeout=30)
-    until(lambda: r.get("stat:processed") == b"2", 5, lambda: d.log())  # the set one completed
+    # all three were processed, and only answer_fails failed: the unstorable one completed
+    until(lambda: r.get("stat:processed") == b"3", 5, lambda: d.log())
+    assert r.get("stat:failed") == b"1" and r.zcard("retry") == r.zcard("dead") == 0
 
 
 def test_no_result_in_time_raises_and_a_job_without_result_ttl_stores_none(
