@@ -81,3 +81,16 @@ def test_result_ttl_must_be_a_positive_number() -> None:
             forkq.job(name=f"bad_ttl_{bad!r}", result_ttl=bad)(lambda: None)
     with pytest.raises(ValueError, match="result_ttl"):
         jobs.answer.set(result_ttl=-5)
+
+
+def test_a_hostile_result_ttl_counts_as_absent_or_is_capped(
+        r: redis.Redis, daemon: Any) -> None:
+    client = Client(r)
+    hostile = ["x", [1], -1, 0, True, None]
+    jids = [client.push({"class": "answer", "args": [1], "result_ttl": ttl}) for ttl in hostile]
+    r.lpush("queue:default", b'{"class":"answer","args":[2],"jid":"huge","result_ttl":1e300}')
+    d = daemon(APP)
+    until(lambda: r.get("stat:processed") == b"7", 15, lambda: d.log())
+    assert not any(r.exists(keys.result(str(jid))) for jid in jids)
+    assert forkq.result("huge", timeout=5, client=client) == {"double": 4}
+    assert 0 < r.ttl(keys.result("huge")) <= 10 * 365 * 24 * 3600
