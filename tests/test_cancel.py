@@ -111,3 +111,15 @@ def test_a_job_can_see_that_its_cancellation_was_asked(r: redis.Redis) -> None:
     assert cancel_requested("held1", client=client) is False
     assert api.cancel(r, "held1").outcome == "stopping"
     assert cancel_requested("held1", client=client) is True
+
+
+def test_a_wrong_typed_cancels_key_is_reported_and_the_daemon_goes_on(
+        r: redis.Redis, daemon: Any, server: EmbeddedServer) -> None:
+    r.set(keys.CANCELS, "not a zset")
+    d = daemon("concurrency: 1\nrequire: jobs\n")
+    jid = Client(r).push({"class": "Record", "args": [1]})
+    until(lambda: [row["jid"] for row in records(r)] == [jid], 15, lambda: d.log())
+    until(lambda: "forkq:cancels" in d.log(), 5, lambda: d.log())
+    out = _cancel_cli(server, "somejid", code=1)
+    assert "WRONGTYPE" in out
+    assert d.alive()

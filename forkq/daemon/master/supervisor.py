@@ -377,7 +377,8 @@ class Supervisor:
     def _stop_cancelled(self) -> None:
         """Kill the children running a job someone cancelled (:mod:`.cancels`)."""
         self._guarded(lambda: self.pool.stop_cancelled(
-            self.store.pending_cancels(self._clock.time())), "looking for cancelled jobs")
+            self.store.pending_cancels(self._clock.time())),
+            f"looking for cancelled jobs ({keys.CANCELS})")
 
     def _check_stall(self, now: float) -> None:
         """A turn that began more than STALL_SLACK after the previous turn's wait was due to
