@@ -2,13 +2,15 @@
 
 ``forkq [run] [flags]`` runs the daemon (plain ``forkq -C FILE`` too, as
 ``sidekiq -C``); ``forkq demo`` runs it on the example jobs; ``forkq bench``
-measures it; ``forkq version``. The operator's commands (``status``, ``quiet``,
+measures it; ``forkq version`` (or ``--version``); a first word that is no command gets
+the closest command suggested (exit 2). The operator's commands (``status``, ``quiet``,
 ``stop``, ``dump``, ``reload``, ``queues``, ``retries``, ``dead``, ``scheduled``, ``enqueue``; see
 :mod:`forkq.ops.commands`) find Redis as the daemon does (``-C``, ``--redis-url``,
 ``FORKQ_REDIS_URL``, ``REDIS_URL``) and print tables, or JSON with ``--json``.
 Errors print one line on stderr (and ``{"error": …}`` on stdout with ``--json``):
 a configuration error exits 78 (EX_CONFIG), a Redis that does not answer 69
-(EX_UNAVAILABLE), anything named but absent 66, other refusals 1.
+(EX_UNAVAILABLE), anything named but absent 66, input it cannot use 65 (``enqueue`` of a name
+the configured app does not register, unless ``--force``), other refusals 1.
 """
 
 from __future__ import annotations

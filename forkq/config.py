@@ -4,7 +4,9 @@ Precedence, highest first. A setting is taken whole from the first source that g
 flags replace the file's queue list rather than merge into it.
 
 1. command-line flag (``-c 10``; see :func:`add_flags`)
-2. ``FORKQ_*`` environment variable (``FORKQ_CONCURRENCY=10``); an empty variable counts as unset
+2. ``FORKQ_*`` environment variable (``FORKQ_CONCURRENCY=10``); an empty variable counts as unset.
+   A setting given by 1 or 2 is not failed by an unset ``${VAR}`` in its file value (the file
+   value is not used): ``FORKQ_REDIS_URL`` wins over ``redis_url: ${REDIS_URL}``
 3. the YAML file (``-C``, else ``FORKQ_CONFIG``; none if neither), whose environment section
    (``-e`` / ``FORKQ_ENV``) overrides its top level
 4. ``REDIS_URL`` environment variable, for ``redis_url`` only
