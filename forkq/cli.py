@@ -4,7 +4,8 @@
 ``sidekiq -C``); ``forkq demo`` runs it on the example jobs; ``forkq bench``
 measures it; ``forkq version`` (or ``--version``); a first word that is no command gets
 the closest command suggested (exit 2). The operator's commands (``status``, ``quiet``,
-``stop``, ``dump``, ``reload``, ``queues``, ``retries``, ``dead``, ``scheduled``, ``enqueue``; see
+``stop``, ``dump``, ``reload``, ``queues``, ``retries``, ``dead``, ``scheduled``, ``job``,
+``enqueue``; see
 :mod:`forkq.ops.commands`) find Redis as the daemon does (``-C``, ``--redis-url``,
 ``FORKQ_REDIS_URL``, ``REDIS_URL``) and print tables, or JSON with ``--json``.
 Errors print one line on stderr (and ``{"error": …}`` on stdout with ``--json``):
@@ -53,6 +54,8 @@ OPERATOR: dict[str, ops.Command] = {
     "retries": ops.job_set("retries"),
     "dead": ops.job_set("dead"),
     "scheduled": ops.job_set("scheduled"),
+    "cancel": ops.cancel_jobs,
+    "job": ops.job,
 }
 COMMANDS = ("run", "demo", "bench", "version", "enqueue", *OPERATOR)
 
@@ -160,8 +163,18 @@ def _operator_parsers(commands: Any) -> None:
                        ("dead", "jobs out of retries"), ("scheduled", "jobs due later")):
         _set_parser(commands.add_parser(name, parents=[common], help=f"{what}: list, retry, "
                                         "delete, kill, clear"))
+    job = commands.add_parser("job", parents=[common], help="find one job wherever it is "
+                              "(queue, schedule, running, retry, dead), shown whole")
+    job.add_argument("jid", metavar="JID")
+    job.set_defaults(func=_operator)
     _enqueue_parser(commands.add_parser("enqueue", parents=[common],
                                         help="push one job by name"))
+    cancel = commands.add_parser("cancel", parents=[common], help="cancel jobs: remove them "
+                                 "where they wait, or stop the processor running them")
+    cancel.add_argument("jids", nargs="*", metavar="JID")
+    cancel.add_argument("--wait", type=ops.seconds_option, default=5.0, metavar="SECONDS",
+                        help="how long to wait for a running job to be stopped (default 5)")
+    cancel.set_defaults(func=_operator)
 
 
 SIGNAL_COMMANDS = {"quiet": "stop taking jobs", "stop": "finish or requeue their jobs, then exit",

@@ -34,7 +34,7 @@ from forkq import keys
 from forkq import payload as payloads
 from forkq.connection import connect, round_trip
 from forkq.errors import EnqueueError
-from forkq.middleware import CLIENT, ClientChain
+from forkq.middleware import CLIENT, ClientChain, current_job
 
 _RELATIVE_LIMIT = 1_000_000_000
 
@@ -236,6 +236,30 @@ def _env_seconds(name: str) -> float:
     if not 0 < value < float("inf"):
         raise ValueError(f"{name}={text!r}: expected a positive number of seconds")
     return value
+
+
+def cancel_requested(jid: str | None = None, *, client: Client | None = None) -> bool:
+    """Whether cancelling job ``jid`` (default: the job running in this thread or task) was
+    asked (``forkq cancel``, :func:`forkq.api.cancel`) and still stands: a long job may check
+    it between steps and stop early, by raising :class:`~forkq.errors.JobCancelledError`
+    (filed to ``dead``, never retried) or returning. One round trip. ValueError outside a
+    job when no ``jid`` is given."""
+    if jid is None:
+        context = current_job()
+        if context is None:
+            raise ValueError("cancel_requested() outside a job needs the jid")
+        jid = context.jid
+    return (client or default()).redis.zscore(keys.CANCELS, jid) is not None
+
+
+def result(jid: str, *, timeout: float | None = None, client: Client | None = None) -> Any:
+    """What job ``jid`` returned, once it completed: a job with the ``result_ttl`` option
+    (see :mod:`forkq.results`). Blocks on the server (no polling) up to ``timeout`` seconds
+    (None: for ever); raises :class:`~forkq.errors.JobFailedError` when the job failed for
+    good, :class:`~forkq.errors.ResultTimeoutError` when nothing came in time."""
+    from forkq import results  # the client side loads it only when results are used
+
+    return results.wait((client or default()).redis, jid, timeout)
 
 
 _default: Client | None = None

@@ -89,6 +89,7 @@ class Config:
     max_memory_mb: int = 0
     max_jobs: int = 0
     fetch_batch: int = 4
+    async_concurrency: int = 1
     log_file: str = ""
     pid_file: str = ""
     scheduler: bool = True
@@ -187,6 +188,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(name="fetch_batch", kind=INT, reload="children",
             doc="jobs a processor may take in one fetch from a deep queue; 1 = one at a time",
             check=between(1, 100)),
+    Setting(name="async_concurrency", kind=INT, reload="children",
+            doc="jobs one processor runs at once (coroutine jobs share its event loop); "
+            "1 = one at a time", check=between(1, 1000)),
     Setting(name="log_file", kind=STR, reload="restart",
             doc="append log lines to this file (reopened on USR2); default stderr",
             flags=("--logfile",), metavar="PATH"),

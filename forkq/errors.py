@@ -52,8 +52,14 @@ class JobKilledError(ForkqError):
     """The job's processor died under it too many times; the job goes to the dead set."""
 
 
+class JobCancelledError(ForkqError):
+    """Someone cancelled the job (``forkq cancel``, :func:`forkq.api.cancel`) while it ran, or
+    the job raised it on seeing :func:`forkq.cancel_requested`: it goes to the dead set,
+    never retried."""
+
+
 # Their ``error_class`` in retry and dead entries reads ``forkq.JobTimeoutError``.
-JobTimeoutError.__module__ = JobKilledError.__module__ = "forkq"
+JobTimeoutError.__module__ = JobKilledError.__module__ = JobCancelledError.__module__ = "forkq"
 
 
 class EnqueueError(ForkqError):
@@ -72,6 +78,21 @@ class EnqueueError(ForkqError):
         self.enqueued = enqueued
         self.not_enqueued = not_enqueued
         self.unknown = unknown
+
+
+class JobFailedError(ForkqError):
+    """:func:`forkq.result` of a job that failed for good (dead or dropped): its
+    ``error_class`` and ``error_message``, as filed."""
+
+    def __init__(self, jid: str, error_class: str, error_message: str) -> None:
+        super().__init__(f"job {jid} failed: {error_class}: {error_message}")
+        self.jid = jid
+        self.error_class = error_class
+        self.error_message = error_message
+
+
+class ResultTimeoutError(ForkqError, TimeoutError):
+    """:func:`forkq.result` waited its ``timeout`` and no result was stored."""
 
 
 class NotFoundError(ForkqError):

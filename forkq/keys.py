@@ -26,8 +26,10 @@ Each entry: key — type, TTL — owner and content.
 forkq's own keys:
 
 - ``forkq:inflight:<identity>:<pid>`` — list, no TTL — written by fetch.lua only:
-  empty, or ``[queue key, job]`` for the one job a processor child runs; emptied
-  by the ack, by failure filing, or by the requeue once the child is gone.
+  empty, or ``[queue key, job, ...]`` for the jobs a processor child runs or holds (a
+  batch); emptied by the ack, by failure filing, or by the requeue once the child is gone.
+  A child running several jobs at once (``async_concurrency``) has one such list per
+  lane, ``forkq:inflight:<identity>:<pid>-<lane>``, each holding one job.
 - ``forkq:inflight`` — set, no TTL — registry of in-flight lists (a child adds its
   own at boot and fetch.lua with every job it moves in; the master's requeue and the
   leader's orphan sweep remove it), so recovery never SCANs the keyspace.
@@ -36,6 +38,12 @@ forkq's own keys:
   seconds (beat.lua)
   (the scheduler child too); the
   master reads it to fill ``:workers``, cull stale children and enforce job timeouts.
+- ``forkq:result:<jid>`` — list of one JSON document, the job's ``result_ttl`` — the
+  result of a job that asked for one: ``{"value": …}`` or ``{"error_class", "error_message"}``
+  (:mod:`forkq.results`)
+- ``forkq:cancels`` — zset, no TTL — jobs whose cancellation was asked while they ran:
+  jid → the epoch the request stands until (1 h); written by ``forkq cancel``, watched by
+  every master, removed when carried out
 - ``forkq:kills:<jid>`` — string, 7 days — how many processors died while running
   this job (a recovery by the leader counts too); at 3 the job goes to the dead set
   instead of back to its queue.
@@ -94,12 +102,27 @@ def inflight(identity: str, pid: int) -> str:
     return f"{INFLIGHT_PREFIX}{identity}:{pid}"
 
 
+def inflight_lanes(identity: str, pid: int, lanes: int) -> tuple[str, ...]:
+    """The in-flight lists of a processor child running up to ``lanes`` jobs at once
+    (``async_concurrency`` > 1): ``forkq:inflight:<identity>:<pid>-<lane>``, one job each."""
+    return tuple(f"{inflight(identity, pid)}-{lane}" for lane in range(lanes))
+
+
 def inflight_owner(key: str) -> str | None:
     """The process identity an in-flight list belongs to; None for a key of another shape."""
     if not key.startswith(INFLIGHT_PREFIX):
         return None
     identity, _, pid = key[len(INFLIGHT_PREFIX):].rpartition(":")
-    return identity if identity and pid.isdigit() else None
+    return identity if identity and inflight_pid(pid) is not None else None
+
+
+def inflight_pid(tail: str) -> int | None:
+    """The child pid in the last part of an in-flight list's key (``<pid>`` or
+    ``<pid>-<lane>``); None for another shape."""
+    pid, dash, lane = tail.partition("-")
+    if not pid.isdigit() or (dash and not lane.isdigit()):
+        return None
+    return int(pid)
 
 
 def utc_date(now: float | None = None) -> str:
@@ -125,6 +148,17 @@ def signals(identity: str) -> str:
 def beats(identity: str) -> str:
     """The hash where the children of a process write their heartbeats."""
     return f"forkq:beats:{identity}"
+
+
+def result(jid: str) -> str:
+    """Where the result of job ``jid`` is kept (a job with ``result_ttl``)."""
+    return f"forkq:result:{jid}"
+
+
+CANCELS = "forkq:cancels"
+"""zset, no TTL — jobs whose cancellation was asked while they were running: jid → the epoch
+until which the request stands (:data:`CANCEL_TTL`); masters stop such a job and remove it."""
+CANCEL_TTL = 3600
 
 
 def kills(jid: str) -> str:

@@ -15,7 +15,9 @@ the daemon.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -65,6 +67,25 @@ class JobContext:
     queue: str
     payload: payloads.Payload
     args: list[Any]
+
+
+_CURRENT: ContextVar[JobContext | None] = ContextVar("forkq_current_job", default=None)
+
+
+def current_job() -> JobContext | None:
+    """The job running in this thread or task of a processor (a coroutine job's tasks see
+    it too); None outside a job."""
+    return _CURRENT.get()
+
+
+@contextmanager
+def running(context: JobContext) -> Iterator[None]:
+    """Make ``context`` the :func:`current_job` for the duration of the block."""
+    token = _CURRENT.set(context)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
 
 
 ClientChain = Chain[payloads.Payload, payloads.Payload]

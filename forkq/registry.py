@@ -13,6 +13,7 @@ Ruby enqueues under a class name.
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, ParamSpec, overload
@@ -54,6 +55,7 @@ class JobOptions:
                  if k in {"queue", "retry", "backtrace", "retry_in"}}
         extra = {k: v for k, v in overrides.items() if k not in known}
         _check_options(known)
+        _check_extra(extra)
         return replace(self, extra={**self.extra, **extra}, **known)
 
 
@@ -65,6 +67,13 @@ class JobSpec:
     perform: Callable[..., Any]
     options: JobOptions
     job_class: type[Job] | None = None
+
+    @property
+    def is_coroutine(self) -> bool:
+        """Whether the body is ``async def``: its call gives a coroutine, which the processor
+        runs to its end on its event loop."""
+        body = self.perform if self.job_class is None else self.job_class.perform
+        return inspect.iscoroutinefunction(body)
 
     def call(self, payload: dict[str, Any]) -> Any:
         """Run the job with the payload's ``args`` (a fresh instance for ``Job`` classes)."""
@@ -198,6 +207,7 @@ def job(
 
     def register(target: Callable[..., Any]) -> JobFunction[Any]:
         _check_options({"queue": queue, "retry": retry, "backtrace": backtrace})
+        _check_extra(extra)
         options = JobOptions(queue, retry, backtrace, retry_in, dict(extra))
         wire_name = name or f"{target.__module__}.{target.__qualname__}"
         registry.register(JobSpec(wire_name, target, options))
@@ -256,6 +266,15 @@ class Job:
     def perform_at(cls, when: float | dt.datetime, *args: Any) -> str | None:
         """Push to run at ``when``."""
         return cls.set().perform_at(when, *args)
+
+
+def _check_extra(extra: dict[str, Any]) -> None:
+    """The options forkq reads among those that only travel in the payload."""
+    ttl = extra.get("result_ttl")
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float))
+                            or not 0 < ttl < float("inf")):
+        raise ValueError(f"job option result_ttl must be a positive number of seconds, "
+                         f"got {ttl!r}")
 
 
 def _check_options(options: dict[str, Any]) -> None:

@@ -6,13 +6,15 @@ own client, so tests can count executions by jid.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import time
 from typing import Any
 
-from forkq import Job
+import forkq
+from forkq import Job, job
 from forkq import client as clients
 
 
@@ -165,3 +167,74 @@ class Hold(Job, name="Hold"):
         if first:
             time.sleep(seconds)
         _note("test:ran", marker=marker, jid=self.jid, pid=os.getpid(), args=[marker])
+
+
+class Nap(Job, name="Nap"):
+    """A coroutine job: awaits ``seconds``, then appends its jid to the file ``path``."""
+
+    async def perform(self, seconds: float, path: str) -> None:  # type: ignore[override]
+        await asyncio.sleep(seconds)
+        with open(path, "a") as out:
+            out.write(f"{self.jid} {os.getpid()}\n")
+
+
+@job(name="async_boom", retry=False)
+async def async_boom(message: str) -> None:
+    """A coroutine job that fails after an await."""
+    await asyncio.sleep(0)
+    raise ValueError(message)
+
+
+@job(name="async_stuck")
+async def async_stuck(marker: str) -> None:
+    """A coroutine job that awaits forever (its timeout cancels it)."""
+    _note("test:started", marker=marker, pid=os.getpid())
+    await asyncio.sleep(3600)
+
+
+class Patient(Job, name="Patient"):
+    """Records at its start what it sees of itself (``current_job``) and whether its
+    cancellation was asked, then sleeps ``seconds``."""
+
+    def perform(self, seconds: float) -> None:
+        current = forkq.current_job()
+        _note("test:started", jid=self.jid, pid=os.getpid(), asked=forkq.cancel_requested(),
+              current=current.jid if current else None)
+        time.sleep(seconds)
+        _note("test:ran", jid=self.jid, pid=os.getpid())
+
+
+class Gate(Job, name="Gate"):
+    """Records its start, then blocks until a test pushes to ``test:gate:<marker>`` (at most
+    ``timeout`` seconds), then records its completion."""
+
+    def perform(self, marker: str, timeout: float = 60) -> None:
+        r = clients.default().redis
+        _note("test:started", marker=marker, jid=self.jid, pid=os.getpid())
+        r.blpop([f"test:gate:{marker}"], timeout=timeout)
+        _note("test:ran", marker=marker, jid=self.jid, pid=os.getpid())
+
+
+@job(name="answer", result_ttl=60)
+def answer(number: int) -> dict[str, int]:
+    """Returns a JSON value, kept as its result for a minute."""
+    return {"double": 2 * number}
+
+
+@job(name="answer_async", result_ttl=60)
+async def answer_async(number: int) -> list[int]:
+    """A coroutine job with a result."""
+    await asyncio.sleep(0)
+    return [number, number]
+
+
+@job(name="answer_fails", result_ttl=60, retry=False)
+def answer_fails(message: str) -> None:
+    """Fails for good: its result is the failure."""
+    raise ValueError(message)
+
+
+@job(name="answer_set", result_ttl=60)
+def answer_set() -> set[int]:
+    """Returns what JSON cannot carry."""
+    return {1, 2}

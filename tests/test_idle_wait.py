@@ -21,6 +21,7 @@ from forkq import keys
 from forkq.client import Client
 from forkq.daemon import held_jobs
 from forkq.daemon.children.blocking_wait import name_for
+from forkq.daemon.master.effects import CANCEL_WATCH
 
 from .conftest import records, until
 from .test_sidekiq_interop import _run_ruby
@@ -70,7 +71,8 @@ def test_a_push_to_a_daemon_of_several_queues_wakes_one_watcher(r: redis.Redis,
     d = daemon(f"concurrency: 8\nrequire: jobs\nlog_level: warning\n{MULTI}")
     d.wait_children(8)
     until(lambda: r.scard(keys.INFLIGHT_REGISTRY) == 8, 15, "the children did not register")
-    watching = [c for c in r.client_list() if c["cmd"] == "subscribe" and "P" in c["flags"]]
+    watching = [c for c in r.client_list() if c["cmd"] == "subscribe" and "P" in c["flags"]
+                and c["name"] != CANCEL_WATCH]  # the master's watch of cancel requests
     client, jobs = Client(r), 20
     before, started = _script_calls(r), time.monotonic()
     for n in range(jobs):

@@ -49,9 +49,9 @@ def test_imports_point_down(statement: str, forbidden: tuple[str, ...]) -> None:
 
 
 def test_the_public_paths_still_import() -> None:
-    names = ["Client", "EnqueueError", "Job", "JobKilledError", "JobTimeoutError",
-             "__version__", "client_middleware", "job", "on_child_boot", "on_child_exit",
-             "server_middleware"]
+    names = ["Client", "EnqueueError", "Job", "JobCancelledError", "JobKilledError",
+             "JobTimeoutError", "__version__", "cancel_requested", "client_middleware",
+             "current_job", "job", "on_child_boot", "on_child_exit", "server_middleware"]
     code = ("import forkq, forkq.api, forkq.examples; from forkq.cli import main; "
             f"print(json.dumps([hasattr(forkq, n) for n in {names!r}]))")
     out = subprocess.run([sys.executable, "-c", "import json; " + code], check=True,

@@ -122,6 +122,8 @@ class FakeStore:
         self.settled: list[Gone] = []
         self.down = False  # every step raises ConnectionError
         self.records = 0
+        self.cancels: set[str] = set()  # jids whose cancellation is asked
+        self.lists: dict[str, list[bytes]] = {}  # in-flight key -> its elements
 
     def _check(self) -> None:
         if self.down:
@@ -138,6 +140,20 @@ class FakeStore:
     def read_beats(self) -> dict[int, LastBeat]:
         self._check()
         return dict(self.beats)
+
+    def cancel_watch_fds(self) -> list[int]:
+        return []
+
+    def cancel_asked(self, ready: list[int]) -> bool:
+        return False
+
+    def pending_cancels(self, now: float) -> set[str]:
+        self._check()
+        return set(self.cancels)
+
+    def read_lists(self, inflight_keys: list[str]) -> dict[str, list[bytes]]:
+        self._check()
+        return {key: list(self.lists.get(key, [])) for key in inflight_keys}
 
     def forget_children(self, pids: list[int]) -> None:
         self._check()
@@ -271,6 +287,48 @@ def test_a_child_that_dies_is_replaced_at_once_after_a_healthy_life(
     m.turn()
     assert first not in m.children() and len(m.children()) == 2  # replaced in the same turn
     assert m.store.settled[-1] == Gone(_key(m, first), "crash", "exited with status 1")
+
+
+def test_a_dead_child_with_lanes_has_every_lane_s_list_settled(
+        master: Callable[..., Master]) -> None:
+    m = master(config(concurrency=1, async_concurrency=3))
+    m.turn()
+    [pid] = m.boot_all()
+    m.processes.exit(pid, EXIT_1)
+    m.turn()
+    assert [gone.inflight_key for gone in m.store.settled[-4:]] == [
+        _key(m, pid), *(f"{_key(m, pid)}-{lane}" for lane in range(3))]
+    assert {gone.cause for gone in m.store.settled[-4:]} == {"crash"}
+
+
+def test_a_child_running_a_cancelled_job_is_killed_and_its_job_settled_as_cancelled(
+        master: Callable[..., Master]) -> None:
+    m = master()
+    m.turn()
+    first, second = m.boot_all()
+    job = b'{"class":"X","args":[],"jid":"j1"}'
+    m.store.lists[_key(m, first)] = [b"queue:default", job, b"queue:default", b"{}"]
+    m.store.cancels = {"j1"}
+    m.clock.advance(1.5)
+    m.turn(2)
+    assert first not in m.children() and second in m.children()
+    gone = [g for g in m.store.settled if g.inflight_key == _key(m, first)][-1]
+    assert (gone.cause, gone.timeout_jid) == ("cancel", "j1")
+    assert len(m.children()) == 2, "replaced at once, without a backoff"
+
+
+def test_a_held_job_that_is_cancelled_does_not_kill_its_processor_before_it_starts(
+        master: Callable[..., Master]) -> None:
+    m = master()
+    m.turn()
+    first, _ = m.boot_all()
+    held = b'{"class":"X","args":[],"jid":"j2"}'
+    m.store.lists[_key(m, first)] = [b"queue:default", b'{"class":"X","args":[],"jid":"j1"}',
+                                     b"queue:default", held]
+    m.store.cancels = {"j2"}
+    m.clock.advance(1.5)
+    m.turn(2)
+    assert first in m.children()
 
 
 def test_quick_deaths_back_off_0_5_1_2_4_seconds(master: Callable[..., Master]) -> None:

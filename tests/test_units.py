@@ -7,15 +7,16 @@ import json
 import os
 import random
 import signal
+import threading
 import zlib
 from collections import Counter
 
 import pytest
 import redis.utils
 
+from forkq import keys, wirejson
 from forkq import payload as job
-from forkq import wirejson
-from forkq.daemon.children import failures, fetch
+from forkq.daemon.children import failures, fetch, lanes
 from forkq.daemon.signals import SelfPipe
 from forkq.errors import MalformedJobError, UnknownJobError
 from forkq.middleware import Chain
@@ -229,3 +230,27 @@ def test_self_pipe_records_signals_in_order() -> None:
         assert pipe.wait(0.0) == ([], [])
     finally:
         pipe.close()
+
+
+def test_lane_keys_name_their_owner_and_child() -> None:
+    [lane0, lane1] = keys.inflight_lanes("host:12:abc", 345, 2)
+    assert lane1 == "forkq:inflight:host:12:abc:345-1"
+    assert keys.inflight_owner(lane0) == keys.inflight_owner(lane1) == "host:12:abc"
+    assert keys.inflight_pid("345-1") == keys.inflight_pid("345") == 345
+    for bad in ("345-", "x-1", "345-a", ""):
+        assert keys.inflight_pid(bad) is None
+    assert keys.inflight_owner("forkq:inflight:host:12:abc:345-x") is None
+
+
+def test_a_ring_before_any_lane_waits_is_kept_and_close_wakes_every_lane() -> None:
+    bell = lanes.Doorbell()
+    bell.ring()
+    assert bell.wait() is True  # at once: the ring was kept
+    woken: list[bool] = []
+    waiters = [threading.Thread(target=lambda: woken.append(bell.wait())) for _ in range(3)]
+    for waiter in waiters:
+        waiter.start()
+    bell.close()
+    for waiter in waiters:
+        waiter.join(timeout=5)
+    assert woken == [False, False, False]

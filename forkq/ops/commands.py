@@ -1,5 +1,6 @@
 """The operator's commands on top of :mod:`forkq.api`: ``status``, ``quiet``, ``stop``,
-``dump``, ``reload``, ``queues``, ``retries`` / ``dead`` / ``scheduled`` and ``enqueue``.
+``dump``, ``reload``, ``queues``, ``retries`` / ``dead`` / ``scheduled``, ``job`` and
+``enqueue``.
 
 Each command is a function ``(client, args) -> Outcome``: the data printed with
 ``--json`` (one JSON object on stdout), the text printed otherwise, the messages for
@@ -10,7 +11,7 @@ stderr, and the exit status:
 - 65 — unusable input (an ``enqueue`` ARG that looks like JSON but does not parse, or a
   value JSON cannot carry such as NaN);
 - 66 — a named process, queue or jid is not there; the others named were still acted on,
-  and ``--json`` lists the absent ones under ``missing``;
+  and ``--json`` lists the absent ones under ``missing`` (``job JID``: "job JID not found");
 - 1 — something named was refused (a set entry that is not a job, a remote signal a
   process does not take); the rest were acted on, and ``--json`` lists them under
   ``refused``. Redis errors are handled in :mod:`forkq.cli` (69 when it does not answer).
@@ -31,6 +32,7 @@ from typing import Any
 import redis
 
 from forkq import client as clients
+from forkq import keys
 from forkq.errors import (
     EXIT_DATAERR,
     EXIT_FAILURE,
@@ -40,7 +42,8 @@ from forkq.errors import (
     ForkqError,
     NotFoundError,
 )
-from forkq.ops import tables
+from forkq.ops import cancel, tables
+from forkq.ops.lookup import Place, find_job
 from forkq.ops.processes import ProcessSet, Work
 from forkq.ops.queues import Queue
 from forkq.ops.records import SortedEntry
@@ -263,6 +266,85 @@ def _act(jobs: JobSet, kind: str, action: str, jids: list[str], *, every: bool) 
     text = "\n".join(f"{past} {jid}" for jid in done) or f"nothing {past}"
     data, code = _with_problems({"set": jobs.name, past: done}, missing, refused)
     return Outcome(data, text, code, errors)
+
+
+# --- cancel -------------------------------------------------------------------------------
+
+
+def cancel_jobs(client: redis.Redis, args: argparse.Namespace) -> Outcome:
+    """``forkq cancel JID...``: each job removed where it waits, or its processor stopped
+    (waiting up to ``--wait`` seconds to see it done); not found: exit 3."""
+    if not args.jids:
+        return failed(EXIT_USAGE, "cancel: name one or more JID")
+    results = [cancel.cancel(client, jid) for jid in args.jids]
+    stopped = _wait_stopped(client, [r.jid for r in results if r.outcome == "stopping"],
+                            args.wait)
+    lines, data = [], {}
+    for result in results:
+        line = result.describe()
+        if result.jid in stopped:
+            line = f"{result.jid}: stopped (its processor was killed); filed to dead"
+        lines.append(line)
+        data[result.jid] = "stopped" if result.jid in stopped else result.outcome
+    missing = [jid for jid, outcome in data.items() if outcome in ("not found", "dead")]
+    running = [jid for jid, outcome in data.items() if outcome == "stopping"]
+    code = EXIT_NOT_FOUND if missing else EXIT_FAILURE if running else EXIT_OK
+    errors = [f"{jid}: still running after {args.wait:g}s; the request stands for "
+              f"{keys.CANCEL_TTL // 60} minutes" for jid in running]
+    return Outcome({"cancelled": data}, "\n".join(lines), code, errors)
+
+
+def _wait_stopped(client: redis.Redis, jids: list[str], wait: float) -> set[str]:
+    """The ``jids`` whose cancellation a master carried out within ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    left = set(jids)
+    while left:
+        left = {jid for jid in left if client.zscore(keys.CANCELS, jid) is not None}
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    return set(jids) - left
+
+
+# --- job ----------------------------------------------------------------------------------
+
+
+def job(client: redis.Redis, args: argparse.Namespace) -> Outcome:
+    """``job JID``: every place the job is (see :mod:`forkq.ops.lookup`), with its whole
+    payload, error message and backtrace; 66 and "job JID not found" when it is nowhere.
+    What could not be searched is noted on stderr (``problems`` with --json)."""
+    found = find_job(client, args.jid)
+    notes = [f"note: {problem}" for problem in found.problems]
+    data = {"jid": args.jid, "places": [p.summary() for p in found.places],
+            "problems": found.problems}
+    if not found.found:
+        message = f"job {args.jid} not found"
+        return Outcome({**data, "error": message}, "", EXIT_NOT_FOUND, [*notes, message])
+    now = time.time()
+    text = "\n\n".join(_place_text(place, now) for place in found.places)
+    return Outcome(data, text, EXIT_OK, notes)
+
+
+def _place_text(place: Place, now: float) -> str:
+    """A job in one place: a headline, then its fields, the error and backtrace whole."""
+    record = place.job
+    fields = [("class", record.klass), ("args", json.dumps(record.args, ensure_ascii=False)),
+              ("queue", place.queue or record.queue), ("key", place.key),
+              ("created", tables.moment(record.created_at, now)),
+              ("enqueued", tables.moment(record.enqueued_at, now))]
+    if record.retry_count is not None:
+        fields.append(("retries", str(record.retry_count)))
+    if record.error_class or record.error_message:
+        fields.append(("error", f"{record.error_class}: {record.error_message}"))
+    if record.error_backtrace:
+        fields.append(("backtrace", "\n".join(record.error_backtrace)))
+    fields.append(("payload", record.raw.decode("utf-8", "replace")))
+    lines = [f"job {record.jid}: {place.headline(now)}"]
+    for name, value in fields:
+        first, *rest = value.split("\n") or [""]
+        lines.append(f"  {name:<10} {first}")
+        lines += [f"  {'':<10} {line}" for line in rest]
+    return "\n".join(lines)
 
 
 # --- enqueue ------------------------------------------------------------------------------

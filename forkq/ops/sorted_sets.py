@@ -75,14 +75,20 @@ class JobSet:
         return [(raw(member), float(score)) for member, score in cast(list[Any], found)]
 
     def find_job(self, jid: str) -> SortedEntry | None:
-        """The entry whose payload has this ``jid`` (a ``ZSCAN`` for it, as Sidekiq)."""
-        if not jid or any(c in jid for c in "*?[]\\"):
-            return None
-        for member, score in self.redis.zscan_iter(self.name, match=f"*{jid}*", count=100):
-            entry = SortedEntry(raw(member), score=float(score), set_name=self.name)
-            if entry.jid == jid:
-                return entry
-        return None
+        """The entry whose payload has this ``jid``; None if there is none."""
+        return next((entry for entry in self.candidates(jid) if entry.jid == jid), None)
+
+    def candidates(self, jid: str) -> Iterator[SortedEntry]:
+        """Every member holding ``jid`` as a JSON string (``"<jid>"``): one ``ZSCAN`` with a
+        MATCH, as Sidekiq's ``find_job`` (O(set size) on the server; only the matches cross
+        the wire). Glob characters in the jid are escaped. A candidate may be a member that
+        is not a job, or one whose args hold the jid: check ``entry.jid``."""
+        quoted = quoted_jid(jid)
+        if quoted is None:
+            return
+        pattern = f"*{glob_escape(quoted)}*"
+        for member, score in self.redis.zscan_iter(self.name, match=pattern, count=1000):
+            yield SortedEntry(raw(member), score=float(score), set_name=self.name)
 
     def retry(self, entry: SortedEntry) -> bool:
         """Push it to its queue now with ``retry_count`` one lower (Sidekiq's ``retry``: the
@@ -153,6 +159,22 @@ class JobSet:
                       args=[entry.raw, action, write, queue, repr(now),
                             repr(now - keys.DEAD_TIMEOUT), keys.DEAD_MAX_JOBS])
         return cast(int, done) == 1
+
+
+def quoted_jid(jid: str) -> str | None:
+    """``jid`` as a JSON string, as every job JSON holds it (Ruby's escapes); None for a jid
+    no job can hold (empty, or not valid UTF-8)."""
+    if not jid:
+        return None
+    try:
+        return wirejson.dumps(jid)
+    except (TypeError, ValueError):
+        return None
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a literal in a Redis glob pattern (``MATCH``, ``KEYS``)."""
+    return "".join("\\" + c if c in "*?[]\\^-" else c for c in text)
 
 
 class ScheduledSet(JobSet):

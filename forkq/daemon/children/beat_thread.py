@@ -70,6 +70,8 @@ class BeatThread:
         self._title: Callable[[str], None] | None = None
         self.on_turn: Callable[[], None] | None = None  # called in this thread each turn
         self.held_jids: Callable[[], list[str]] | None = None  # for the TTIN dump
+        # a child running several jobs (lanes): what each runs and its thread, for TTIN
+        self.lanes: Callable[[], list[tuple[str, int]]] | None = None
         self._titled = ""
         self._master_pid = master_pid
         self._orphan_grace = orphan_grace
@@ -186,5 +188,9 @@ class BeatThread:
         held = self.held_jids() if self.held_jids is not None else []
         if held:
             doing += f"; holding {len(held)} more, not started: {', '.join(held)}"
-        frame = sys._current_frames().get(self._main or 0)
-        log.warning("TTIN: %s\n%s", doing, logs.stack(frame))
+        frames = sys._current_frames()
+        if self.lanes is not None:
+            for doing, thread in self.lanes():
+                log.warning("TTIN: %s\n%s", doing, logs.stack(frames.get(thread)))
+            return
+        log.warning("TTIN: %s\n%s", doing, logs.stack(frames.get(self._main or 0)))

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from forkq import keys
 from forkq import payload as payloads
+from forkq.errors import JobCancelledError
 from forkq.scripts import script
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,8 @@ def plan(
     if limit is not None:
         lines = backtrace_lines(exc)
         payload["error_backtrace"] = compress_backtrace(lines if limit < 0 else lines[:limit])
+    if isinstance(exc, JobCancelledError):
+        return bury(payload, now)  # cancelled: never retried, whatever the job's options
     if allowed is None:
         return Failure("drop", payloads.encode(payload), now)
     if count < allowed and not _window_closed(payload, now):

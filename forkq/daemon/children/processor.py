@@ -15,6 +15,10 @@ child whose master has died stops the same way. TTIN (stack dump) and USR2
 A Redis outage is logged once, waited out with backoff, and its recovery logged
 once; a finished job's acknowledgement is kept until it succeeds.
 
+A failed job is logged as one line (class, jid, time, error, where it goes) followed by
+its traceback in Python's format, at WARNING when it will be retried and at ERROR when it
+goes dead or is dropped (:data:`~forkq.daemon.children.job_run.FAILURE_LEVELS`).
+
 Boot report: the child writes ``ready`` to ``report_fd`` after its first
 successful registration in Redis, or ``error <reason>`` if its setup failed (it
 then exits with :data:`~forkq.errors.EXIT_CHILD_BOOT`). The master counts boot
@@ -44,7 +48,7 @@ from forkq import payload as payloads
 from forkq.config import Config
 from forkq.daemon import child_process
 from forkq.daemon.child_process import STOP_SIGNAL
-from forkq.daemon.children import failures
+from forkq.daemon.children import coroutines, failures, job_run
 from forkq.daemon.children.blocking_wait import WAKE, BlockingWait
 from forkq.daemon.children.fetch import Fetched, Fetcher
 from forkq.daemon.children.queuewatch import QueueWatch
@@ -53,7 +57,7 @@ from forkq.daemon.progress import Progress
 from forkq.daemon.refusal import Recurring, is_refusal
 from forkq.daemon.watch_token import WatchToken
 from forkq.errors import EXIT_CHILD_BOOT, JobError
-from forkq.middleware import JobContext, ServerChain
+from forkq.middleware import ServerChain
 from forkq.registry import Registry
 from forkq.scripts import script
 
@@ -115,6 +119,7 @@ class Processor:
         self._beat.stop()
         self._watch.close()
         self._fetcher.close()
+        self._loop.close()
         if self._blocking is not None:
             self._blocking.close()
         return 0
@@ -154,6 +159,11 @@ class Processor:
         self._blocking = BlockingWait(self.redis, self.inflight_key, single) if single else None
         self._single = keys.queue_name(single or "")  # the queue a blocking move takes from
         self._watch = QueueWatch(self.redis)
+        self._loop = coroutines.EventLoop()
+        self._runs = job_run.Runs(self.registry, self.middleware, self._loop.run,
+                                  max_retries=self.config.max_retries,
+                                  job_timeout=self.config.job_timeout, rng=self._rng,
+                                  redis=self.redis)
         self._armed = False
         self._registered = False
         hooks.run("child_boot", strict=True)
@@ -306,34 +316,16 @@ class Processor:
             self._skipped.clear(key, "queue key %r is fetched from again", key)
 
     def _execute(self, fetched: Fetched) -> None:
-        now = time.time()
-        try:
-            payload = payloads.decode(fetched.raw)
-            spec = self.registry.lookup(payload["class"])
-        except JobError as exc:
-            self._bury(fetched, exc, now)
-            return
-        context = JobContext(payload["class"], payloads.jid(payload), fetched.queue, payload,
-                             payload["args"])
-        log.info("%s jid=%s start", context.name, context.jid)
-        self._beat.job = {"queue": fetched.queue, "payload": fetched.raw,
-                          "run_at": int(now), "started": now, "class": context.name,
-                          "jid": context.jid, "timeout": _timeout_of(payload)}
-        started = time.monotonic()
-        try:
-            self.middleware.run(context, lambda: spec.call(payload))
-        except BaseException as exc:  # noqa: BLE001 - the one boundary where any job failure lands
-            failure = self._fail(fetched, exc, spec.options.retry_in)
-            log.warning("%s jid=%s fail: %.3f sec: %s: %s -> %s", context.name, context.jid,
-                        time.monotonic() - started, failures.error_class_name(exc),
-                        failures.error_message(exc), failure.mode)
-        else:
+        failure = job_run.run(fetched, self._runs, self._show)
+        if failure is None:
             self._acknowledge(fetched.raw)
-            log.info("%s jid=%s done: %.3f sec", context.name, context.jid,
-                     time.monotonic() - started)
-        self._beat.job = None
+        else:  # filed at the next settle
+            self._failed_job, self._failure = fetched.raw, failure
         self._jobs_done += 1
         self._check_recycle()
+
+    def _show(self, job: dict[str, Any] | None) -> None:
+        self._beat.job = job
 
     def _acknowledge(self, raw: bytes) -> None:
         """Count the job completed where the master can read it (no system call, no round
@@ -341,15 +333,6 @@ class Processor:
         self._ack_pending = raw
         self._done += 1
         self.progress.completed(self._done)
-
-    def _fail(self, fetched: Fetched, exc: BaseException, retry_in: Any) -> failures.Failure:
-        """Plan where the failed job goes, from a clean copy of its bytes (as Sidekiq: the job
-        may have put anything into its payload object); filed at the next settle."""
-        self._failed_job = fetched.raw
-        self._failure = failures.plan(payloads.decode(fetched.raw), exc,
-                                   max_retries=self.config.max_retries, rng=self._rng,
-                                   now=time.time(), retry_in=retry_in)
-        return self._failure
 
     def _check_recycle(self) -> None:
         """Between jobs: stop after ``max_jobs`` jobs or above ``max_memory_mb``."""
@@ -366,11 +349,6 @@ class Processor:
             log.info("recycling at %.0f MB RSS (max_memory_mb %d)", rss_mb,
                      self.config.max_memory_mb)
             self.stopping = True
-
-    def _bury(self, fetched: Fetched, exc: JobError, now: float) -> None:
-        self._failed_job = fetched.raw
-        self._failure = failures.unrunnable(fetched.raw, fetched.queue, exc, now)
-        log.error("queue %s: %s; moved to the dead set", fetched.queue, exc)
 
     def _check_signals(self) -> None:
         """Act on a stop request: read the pipe only when a watched signal arrived (a
@@ -415,8 +393,3 @@ def _jid_of(raw: bytes) -> str:
     except JobError:
         return "?"
 
-
-def _timeout_of(payload: payloads.Payload) -> float:
-    """The job's own ``timeout`` option in seconds (0 = use ``job_timeout``)."""
-    value = payloads.number_field(payload, "timeout")
-    return value if value is not None and value > 0 else 0.0

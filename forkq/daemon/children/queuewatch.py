@@ -38,9 +38,11 @@ CHANNEL = "__redis__:invalidate"
 class QueueWatch:
     """Readable-when-a-queue-changes connection for one processor."""
 
-    def __init__(self, redis_client: Any, prefixes: tuple[str, ...] = ("queue:",)) -> None:
+    def __init__(self, redis_client: Any, prefixes: tuple[str, ...] = ("queue:",),
+                 name: str = "") -> None:
         self._pool = redis_client.connection_pool
         self._prefixes = prefixes
+        self._name = name  # the connection's CLIENT SETNAME, if any
         self._conn: Any = None
         self._refused = False
         self._paused = False
@@ -53,6 +55,9 @@ class QueueWatch:
         conn = self._pool.make_connection()
         try:
             conn.connect()
+            if self._name:
+                conn.send_command("CLIENT", "SETNAME", self._name)
+                conn.read_response()
             conn.send_command("CLIENT", "ID")
             client_id = conn.read_response()
             prefixes = [word for prefix in self._prefixes for word in ("PREFIX", prefix)]
@@ -96,6 +101,24 @@ class QueueWatch:
             self.close()
             return False
         return wake_fd in readable
+
+    def fileno(self) -> int | None:
+        """The watch connection's socket, readable when a watched key changed (for a caller
+        with its own select); None while it is not open, refused or paused."""
+        if self._conn is None or self._paused or self._conn._sock is None:
+            return None
+        return int(self._conn._sock.fileno())
+
+    def consume(self) -> bool:
+        """Read what arrived without blocking; True if a watched key changed. Errors drop
+        the connection (the next :meth:`open` makes a new one)."""
+        if self._conn is None:
+            return False
+        try:
+            return self._drain()
+        except Exception:  # noqa: BLE001 - reopened by the caller
+            self.close()
+            return True
 
     def arm(self) -> None:
         """Make sure invalidations arrive from now on (open, or subscribe again after

@@ -10,6 +10,10 @@ in-flight list. By the :class:`Gone` record's ``cause``:
   killed for being unresponsive or over its memory ceiling: the job's death is
   counted and it is requeued, or buried at the poison-pill limit
   (:mod:`forkq.daemon.held_jobs`, the same step the leader takes for a dead daemon).
+- ``"cancel"`` — the master killed the child because job ``timeout_jid``, which it ran, was
+  cancelled (:mod:`forkq.daemon.master.cancels`): if the held job is that one it goes to
+  ``dead`` with :class:`~forkq.errors.JobCancelledError`, never retried, and the request
+  is withdrawn; any other job goes back unchanged.
 - ``"timeout"`` — the master killed the child because job ``jid`` overran its
   timeout: if the held job is that one it fails with
   :class:`~forkq.errors.JobTimeoutError` through the retry policy (retry set,
@@ -20,6 +24,10 @@ in order, to the front of their queues, and their deaths are never counted. Jobs
 batch it completed (``done``, read from its slot's shared progress) are acknowledged
 first, so they do not run again.
 
+A child running several jobs at once (``async_concurrency``) has one list per lane
+(:attr:`Gone.lanes`), each settled the same way: every job it was running is requeued, and
+after a crash each one's death counts.
+
 Whatever the cause, a held job that is no job (:class:`~forkq.errors.MalformedJobError`)
 goes to the dead set with its bytes kept, as a processor buries it.
 
@@ -29,19 +37,20 @@ A Redis error propagates and changes nothing; the caller retries the whole settl
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import redis
 
+from forkq import keys
 from forkq import payload as payloads
 from forkq.daemon import held_jobs
 from forkq.daemon.children import failures
 from forkq.daemon.progress import Done
-from forkq.errors import JobTimeoutError, MalformedJobError
+from forkq.errors import JobCancelledError, JobTimeoutError, MalformedJobError
 from forkq.registry import Registry
 
-Cause = Literal["exit", "crash", "timeout"]
+Cause = Literal["exit", "crash", "timeout", "cancel"]
 
 
 @dataclass(frozen=True)
@@ -51,9 +60,15 @@ class Gone:
     inflight_key: str
     cause: Cause
     how: str  # "killed by signal SIGKILL", "exited with status 1", ...
-    timeout_jid: str = ""
+    timeout_jid: str = ""  # the job it was killed for (cause "timeout" or "cancel")
     timeout: float = 0.0
     done: Done = held_jobs.NOTHING_DONE  # what it completed of a batch (its slot's Progress)
+    lanes: tuple[str, ...] = ()  # the in-flight lists of its lanes (async_concurrency > 1)
+
+    def each_list(self) -> list[Gone]:
+        """One record per in-flight list to settle: its own, then each lane's."""
+        return [self, *(replace(self, inflight_key=key, done=held_jobs.NOTHING_DONE, lanes=())
+                        for key in self.lanes)]
 
 
 @dataclass(frozen=True)
@@ -76,10 +91,12 @@ def settle(
 ) -> Settled | None:
     """Settle the job held in ``gone.inflight_key``; None when it held none."""
     held = held_jobs.read(client, gone.inflight_key, gone.done)
-    timeout = _timeout_failure(held, gone, registry, max_retries, rng, now)
-    if timeout is not None:
-        failure, detail = timeout
+    killed_for = _kill_failure(held, gone, registry, max_retries, rng, now)
+    if killed_for is not None:
+        failure, detail = killed_for
         failures.file(client, gone.inflight_key, failure, held=held.job or b"")
+        if gone.cause == "cancel":
+            client.zrem(keys.CANCELS, gone.timeout_jid)  # carried out
         behind = held_jobs.reread(client, gone.inflight_key)  # held, not started: back
         held_jobs.give_back(client, gone.inflight_key, behind, count=False, how=gone.how, now=now)
         return Settled(failure.mode, held.job or b"", detail)
@@ -91,10 +108,11 @@ def settle(
     return Settled(back.outcome, back.job, detail)
 
 
-def _timeout_failure(held: held_jobs.Held, gone: Gone, registry: Registry, max_retries: int,
-                     rng: random.Random, now: float) -> tuple[failures.Failure, str] | None:
-    """The failure to file when ``gone`` was killed for overrunning the job it still held."""
-    if gone.cause != "timeout" or held.job is None:
+def _kill_failure(held: held_jobs.Held, gone: Gone, registry: Registry, max_retries: int,
+                  rng: random.Random, now: float) -> tuple[failures.Failure, str] | None:
+    """The failure to file when ``gone`` was killed for the job it still held: overrunning
+    its timeout (retry policy), or cancelled (dead, never retried)."""
+    if gone.cause not in ("timeout", "cancel") or held.job is None:
         return None
     try:
         payload = payloads.decode(held.job)
@@ -102,8 +120,11 @@ def _timeout_failure(held: held_jobs.Held, gone: Gone, registry: Registry, max_r
         return None  # give_back buries it
     if payloads.jid(payload) != gone.timeout_jid:
         return None
-    error = JobTimeoutError(f"the job ran longer than its timeout of {gone.timeout:g}s; "
-                            "its processor was killed")
+    error: Exception = JobCancelledError(
+        "the job was cancelled while it ran; its processor was killed")
+    if gone.cause == "timeout":
+        error = JobTimeoutError(f"the job ran longer than its timeout of {gone.timeout:g}s; "
+                                "its processor was killed")
     spec = registry.find(payload["class"])
     failure = failures.plan(payload, error, max_retries=max_retries, rng=rng, now=now,
                             retry_in=spec.options.retry_in if spec else None)

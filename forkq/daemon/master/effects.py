@@ -9,6 +9,7 @@ of the master). :class:`RedisStore` and the system clock are the real ones; the 
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import time
@@ -19,8 +20,11 @@ from typing import Protocol
 import redis
 from setproctitle import setproctitle
 
+from forkq import keys
+from forkq.connection import raw, text
 from forkq.daemon.child_process import OsProcesses, Processes
 from forkq.daemon.children import lease
+from forkq.daemon.children.queuewatch import QueueWatch
 from forkq.daemon.master import dead_child, heartbeats, restart_recovery
 from forkq.daemon.master.dead_child import Gone, Settled
 from forkq.daemon.master.heartbeats import Beat, LastBeat
@@ -87,6 +91,23 @@ class Store(Protocol):
     def clear(self) -> None:
         """Clean exit: leave ``processes``."""
 
+    def cancel_watch_fds(self) -> list[int]:
+        """Descriptors readable when a job's cancellation is asked (none while the watch
+        cannot be opened: the master then looks every second)."""
+
+    def cancel_asked(self, ready: list[int]) -> bool:
+        """Whether one of :meth:`cancel_watch_fds` was in ``ready`` (what arrived is read)."""
+
+    def pending_cancels(self, now: float) -> set[str]:
+        """The jids whose cancellation is asked and still stands."""
+
+    def read_lists(self, inflight_keys: list[str]) -> dict[str, list[bytes]]:
+        """The elements of each in-flight list (a key of another type reads empty)."""
+
+
+CANCEL_WATCH = "forkq-cancel-watch"
+"""The name of a master's connection that watches ``forkq:cancels``."""
+
 
 @dataclass
 class RedisStore:
@@ -96,6 +117,11 @@ class RedisStore:
     identity: str
     registry: Registry
     rng: random.Random = field(default_factory=random.Random)
+    cancel_watch: QueueWatch = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cancel_watch = QueueWatch(self.client, prefixes=(keys.CANCELS,),
+                                       name=CANCEL_WATCH)
 
     def ping(self) -> None:
         self.client.ping()
@@ -123,6 +149,29 @@ class RedisStore:
 
     def clear(self) -> None:
         heartbeats.clear(self.client, self.identity)
+        self.cancel_watch.close()
+
+    def cancel_watch_fds(self) -> list[int]:
+        with contextlib.suppress(redis.RedisError):
+            self.cancel_watch.open()
+        fd = self.cancel_watch.fileno()
+        return [] if fd is None else [fd]
+
+    def cancel_asked(self, ready: list[int]) -> bool:
+        fd = self.cancel_watch.fileno()
+        return fd is not None and fd in ready and self.cancel_watch.consume()
+
+    def pending_cancels(self, now: float) -> set[str]:
+        found: list[bytes] = self.client.zrangebyscore(keys.CANCELS, now, "+inf")  # type: ignore[assignment]
+        return {text(jid) for jid in found}
+
+    def read_lists(self, inflight_keys: list[str]) -> dict[str, list[bytes]]:
+        with self.client.pipeline(transaction=False) as pipe:
+            for key in inflight_keys:
+                pipe.lrange(key, 0, -1)
+            replies = pipe.execute(raise_on_error=False)
+        return {key: [raw(element) for element in reply] if isinstance(reply, list) else []
+                for key, reply in zip(inflight_keys, replies, strict=True)}
 
 
 @dataclass

@@ -33,6 +33,7 @@ class Child:
     retiring: bool = False
     boot_error: str = ""
     killed: Gone | None = None  # set when the master SIGKILLs it, with the reason
+    lanes: int = 0  # its lanes, each with an in-flight list (async_concurrency > 1)
 
 
 @dataclass(frozen=True)

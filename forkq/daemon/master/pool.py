@@ -45,12 +45,14 @@ from forkq.daemon.child_process import (
     describe,
     respawn_delay,
 )
+from forkq.daemon.children.lanes import Lanes
 from forkq.daemon.children.processor import Processor
+from forkq.daemon.master.cancels import Holder, to_stop
 from forkq.daemon.master.dead_child import Cause, Gone
 from forkq.daemon.master.effects import Clock, Store, SystemClock
 from forkq.daemon.master.health import Child, verdict
 from forkq.daemon.master.heartbeats import LastBeat, busy_entry
-from forkq.daemon.progress import Progress
+from forkq.daemon.progress import Done, Progress
 from forkq.daemon.refusal import Recurring
 from forkq.daemon.refusal import describe as describe_error
 from forkq.daemon.watch_token import WatchToken
@@ -149,7 +151,8 @@ class Pool:
             self._cannot_fork(slot, exc)
             return
         now = self._clock.monotonic()
-        self.children[pid] = Child(pid, slot, now, read_fd, seen=now)
+        lanes = self.config.async_concurrency if self.config.async_concurrency > 1 else 0
+        self.children[pid] = Child(pid, slot, now, read_fd, seen=now, lanes=lanes)
         log.debug("processor-%d started, pid %d", slot, pid)
 
     def _cannot_fork(self, slot: int, exc: OSError) -> None:
@@ -161,6 +164,10 @@ class Pool:
         The signals stay blocked until its handlers are installed."""
         self._in_child()
         self.close_reports()
+        if self.config.async_concurrency > 1:
+            return Lanes(self.config, identity=self.identity, slot=slot,
+                         registry=self.registry, middleware=self.middleware,
+                         report_fd=report_fd).run()
         processor = Processor(self.config, identity=self.identity, slot=slot,
                               registry=self.registry, middleware=self.middleware,
                               report_fd=report_fd, progress=self._progress[slot],
@@ -216,8 +223,27 @@ class Pool:
         if child.killed is not None:
             return
         log.warning("processor-%d (pid %d) killed: %s", child.slot, child.pid, reason)
-        child.killed = Gone(keys.inflight(self.identity, child.pid), cause, reason, jid, timeout)
+        child.killed = self._gone(child, cause, reason, jid, timeout)
         self._processes.kill(child.pid, signal.SIGKILL)
+
+    def stop_cancelled(self, pending: set[str]) -> None:
+        """Kill each child running a job whose cancellation is asked (``pending`` jids; see
+        :mod:`~forkq.daemon.master.cancels`); reading their in-flight lists may raise a
+        Redis error."""
+        children = [child for child in self.children.values() if child.killed is None]
+        if not pending or not children:
+            return
+        lists = {child.pid: self._gone(child, "cancel", "").each_list() for child in children}
+        read = self._store.read_lists([gone.inflight_key for each in lists.values()
+                                       for gone in each])
+        holders = {pid: Holder([read[gone.inflight_key] for gone in each], self._done(pid))
+                   for pid, each in lists.items()}
+        for pid, jid in to_stop(pending, holders).items():
+            self.kill(self.children[pid], "cancel", f"job {jid} was cancelled", jid=jid)
+
+    def _done(self, pid: int) -> Done:
+        slot = self.children[pid].slot
+        return self._progress[slot].read() if slot in self._progress else Done()
 
     # -- watching ----------------------------------------------------------------------------
 
@@ -271,8 +297,7 @@ class Pool:
         code = os.waitstatus_to_exitcode(status)
         how = describe(status)
         told = code == 0 and child.retiring  # a child exiting 0 unasked held no job, or its
-        gone = child.killed or Gone(keys.inflight(self.identity, child.pid),  # job exited it
-                                    "exit" if told else "crash", how)
+        gone = child.killed or self._gone(child, "exit" if told else "crash", how)
         if child.slot in self._progress:
             gone = replace(gone, done=self._progress[child.slot].read())
         self._watch_token.ring()  # if it was the watcher, another idle child takes over
@@ -285,6 +310,13 @@ class Pool:
         if respawn:
             self._schedule_respawn(child, code, self._clock.monotonic())
 
+    def _gone(self, child: Child, cause: Cause, how: str, jid: str = "",
+              timeout: float = 0.0) -> Gone:
+        """The record of ``child`` gone: its in-flight list (and its lanes') to settle."""
+        lanes = keys.inflight_lanes(self.identity, child.pid, child.lanes)
+        return Gone(keys.inflight(self.identity, child.pid), cause, how, jid, timeout,
+                    lanes=lanes)
+
     def _boot_failed(self, child: Child, how: str) -> None:
         failures = self._boot_failures.get(child.slot, 0) + 1
         self._boot_failures[child.slot] = failures
@@ -296,7 +328,8 @@ class Pool:
                                 f"in a row: {reason}")
 
     def _schedule_respawn(self, child: Child, code: int, now: float) -> None:
-        abnormal = code != 0 or child.killed is not None
+        cancelled = child.killed is not None and child.killed.cause == "cancel"
+        abnormal = not cancelled and (code != 0 or child.killed is not None)
         quick, _ = self._backoff.get(child.slot, (0, 0.0))
         quick = quick + 1 if abnormal and now - child.started < QUICK_DEATH else 0
         delay = respawn_delay(quick)
@@ -310,19 +343,20 @@ class Pool:
         if gone is None:
             return True
         try:
-            settled = self._store.settle(gone, max_retries=self.config.max_retries,
-                                         now=self._clock.time())
-        except redis.RedisError as exc:
+            every = [self._store.settle(one, max_retries=self.config.max_retries,
+                                        now=self._clock.time()) for one in gone.each_list()]
+        except redis.RedisError as exc:  # settled lists are empty now: settling again is a no-op
             self._unsettled.report(gone.inflight_key, "cannot settle the job of %s yet: %s; "
                                    "processor-%d waits", gone.inflight_key, describe_error(exc),
                                    slot)
             return False
         self._unsettled.clear(gone.inflight_key, "settled the job of %s", gone.inflight_key)
         del self._pending[slot]
-        if settled is not None:
-            detail = f" ({settled.detail})" if settled.detail else ""
-            log.warning("job %s%s: %s", settled.outcome, detail,
-                        settled.job[:200].decode("utf-8", "replace"))
+        for settled in every:
+            if settled is not None:
+                detail = f" ({settled.detail})" if settled.detail else ""
+                log.warning("job %s%s: %s", settled.outcome, detail,
+                            settled.job[:200].decode("utf-8", "replace"))
         return True
 
     def settle_all(self) -> bool:

@@ -88,7 +88,7 @@ def _child_starts(beats: dict[Any, Any]) -> dict[int, Any]:
 
 
 def _child_pid(inflight_key: str) -> int:
-    return int(inflight_key.rpartition(":")[2])
+    return keys.inflight_pid(inflight_key.rpartition(":")[2]) or 0
 
 
 def _json(value: Any) -> dict[str, Any]:

@@ -212,10 +212,13 @@ class Supervisor:
         self._check_stall(now)
         planned = self._wait_time(now) if self._turn_due is not None else 0.0  # fork at once
         self._turn_due = now + planned
-        received, ready = self._pipe.wait(planned, also=self.pool.report_fds())
+        watches = self._cancel_watch_fds()
+        received, ready = self._pipe.wait(planned, also=self.pool.report_fds() + watches)
         for signum in received:
             self.dispatch(signum)
         self.pool.read_reports(ready)
+        if watches and self.store.cancel_asked(ready):
+            self._stop_cancelled()
         respawn = self.stop_deadline is None and not self.quiet
         gone = [child.pid for child in self.pool.reap(respawn=respawn)]
         scheduler = self.scheduler.reap()
@@ -365,6 +368,16 @@ class Supervisor:
             self._fresh_window(now)
         self.pool.watch(beats, now)
         self.scheduler.watch(beats, now)
+        self._stop_cancelled()
+
+    def _cancel_watch_fds(self) -> list[int]:
+        fds = self._guarded(self.store.cancel_watch_fds, "watching for cancelled jobs")
+        return fds or []
+
+    def _stop_cancelled(self) -> None:
+        """Kill the children running a job someone cancelled (:mod:`.cancels`)."""
+        self._guarded(lambda: self.pool.stop_cancelled(
+            self.store.pending_cancels(self._clock.time())), "looking for cancelled jobs")
 
     def _check_stall(self, now: float) -> None:
         """A turn that began more than STALL_SLACK after the previous turn's wait was due to

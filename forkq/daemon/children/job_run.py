@@ -1,0 +1,122 @@
+"""One job, from its fetched bytes to its outcome: decode, look up, server middleware, body.
+
+Shared by the processor that runs one job at a time (:mod:`forkq.daemon.children.processor`)
+and the lanes of one that runs several at once (:mod:`forkq.daemon.children.lanes`); the
+caller keeps the bookkeeping: acknowledge a job that completed, file the failure of one
+that did not. A coroutine job (``async def``) is run to its end by the caller's runner
+(:mod:`forkq.daemon.children.coroutines`) inside the middleware, as a plain body is.
+
+Contract of :func:`run`: it returns None when the job completed, else the
+:class:`~forkq.daemon.children.failures.Failure` to file: a job that cannot run (malformed,
+unknown class) is buried; an exception of any kind from the middleware or the body
+(``BaseException``: the one boundary where a job's failure lands) goes through the retry
+policy; its line in the log is followed by its traceback (:data:`FAILURE_LEVELS`).
+``show`` is told the running job (the heartbeat's ``job`` entry) before the body
+runs and None after.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from forkq import payload as payloads
+from forkq import results
+from forkq.daemon.children import coroutines, failures
+from forkq.daemon.children.fetch import Fetched
+from forkq.errors import JobError
+from forkq.middleware import JobContext, ServerChain, running
+from forkq.registry import JobSpec, Registry
+
+log = logging.getLogger(__name__)
+
+FAILURE_LEVELS = {"retry": logging.WARNING, "dead": logging.ERROR, "drop": logging.ERROR}
+"""A failed job's line, followed by its traceback: WARNING while it will be retried, ERROR
+when it will not run again (dead, or dropped: ``retry: false`` / ``dead: false``)."""
+
+Show = Callable[[dict[str, Any] | None], None]
+
+
+@dataclass(frozen=True)
+class Runs:
+    """What every job of one processor runs with."""
+
+    registry: Registry
+    middleware: ServerChain
+    coroutine_runner: coroutines.Runner
+    max_retries: int
+    job_timeout: float  # the ``job_timeout`` setting, for jobs without their own
+    rng: random.Random
+    redis: Any  # the processor's client: results of jobs with ``result_ttl``
+
+
+def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
+    """Run the job ``fetched``; None when it completed, else the failure to file."""
+    now = time.time()
+    try:
+        payload = payloads.decode(fetched.raw)
+        spec = runs.registry.lookup(payload["class"])
+    except JobError as exc:
+        log.error("queue %s: %s; moved to the dead set", fetched.queue, exc)
+        return failures.unrunnable(fetched.raw, fetched.queue, exc, now)
+    context = JobContext(payload["class"], payloads.jid(payload), fetched.queue, payload,
+                         payload["args"])
+    log.info("%s jid=%s start", context.name, context.jid)
+    limit = timeout_of(payload) or runs.job_timeout
+    keep = results.ttl_of(payload)
+    show({"queue": fetched.queue, "payload": fetched.raw, "run_at": int(now), "started": now,
+          "class": context.name, "jid": context.jid, "timeout": _kill_after(spec, payload, limit)})
+    started = time.monotonic()
+    try:
+        with running(context):
+            value = runs.middleware.run(context, lambda: coroutines.perform(
+                lambda: spec.call(payload), runs.coroutine_runner, limit))
+    except BaseException as exc:  # the one boundary where any job failure lands
+        failure = failures.plan(payloads.decode(fetched.raw), exc, max_retries=runs.max_retries,
+                                rng=runs.rng, now=time.time(), retry_in=spec.options.retry_in)
+        log.log(FAILURE_LEVELS[failure.mode], "%s jid=%s fail: %.3f sec: %s: %s -> %s",
+                context.name, context.jid, time.monotonic() - started,
+                failures.error_class_name(exc), failures.error_message(exc), failure.mode,
+                exc_info=exc)
+        if keep and failure.mode != "retry":
+            error = (failures.error_class_name(exc), failures.error_message(exc))
+            _keep(context, lambda: results.store_failure(runs.redis, context.jid, *error, keep))
+        return failure
+    finally:
+        show(None)
+    log.info("%s jid=%s done: %.3f sec", context.name, context.jid, time.monotonic() - started)
+    if keep:
+        _keep(context, lambda: results.store_value(runs.redis, context.jid, value, keep))
+    return None
+
+
+def _keep(context: JobContext, store: Callable[[], str | None]) -> None:
+    """Store a job's result; a refusal or an outage is logged, and the job stays done."""
+    try:
+        problem = store()
+    except redis.RedisError as exc:
+        log.warning("%s jid=%s: its result was not stored: %s", context.name, context.jid, exc)
+        return
+    if problem:
+        log.warning("%s jid=%s: %s", context.name, context.jid, problem)
+
+
+def timeout_of(payload: payloads.Payload) -> float:
+    """The job's own ``timeout`` option in seconds (0 = use ``job_timeout``)."""
+    value = payloads.number_field(payload, "timeout")
+    return value if value is not None and value > 0 else 0.0
+
+
+def _kill_after(spec: JobSpec, payload: payloads.Payload, limit: float) -> float:
+    """The heartbeat's ``timeout``, after which the master kills the child (0 = the
+    ``job_timeout`` setting): a coroutine job is cancelled on its loop at its ``limit``, so
+    the master's kill only backs that up, :data:`~coroutines.KILL_GRACE` seconds later."""
+    if spec.is_coroutine and limit:
+        return limit + coroutines.KILL_GRACE
+    return timeout_of(payload)

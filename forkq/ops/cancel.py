@@ -1,0 +1,96 @@
+"""Cancelling jobs by jid: ``forkq cancel`` and :func:`forkq.api.cancel`.
+
+:func:`cancel` first records the request (``forkq:cancels``, jid → expiry, kept
+:data:`~forkq.keys.CANCEL_TTL` seconds), then looks for the job where a job moves, in that
+order (:func:`forkq.ops.lookup.find_job`): ``schedule``, each queue, the processors'
+in-flight lists, ``retry``. A job found waiting is removed where it is (``ZREM`` / ``LREM``
+of its exact bytes) and the request withdrawn. A job found in an in-flight list is running
+(or held by a processor about to run it): the request stands, and the master of the daemon
+running it kills that processor within a second of the request
+(:mod:`forkq.daemon.master.cancels`; the processor is replaced at once) and files the job to
+``dead`` with ``forkq.JobCancelledError``: never retried. A job that moves while it is looked
+for (a queue → a processor) is found at its next place, and the standing request catches it
+there. A job in ``dead`` is left there; one found nowhere was done (or never existed) and the
+request is withdrawn.
+
+A job can also look at the request itself (:func:`forkq.cancel_requested`) and stop early.
+
+Cost: the look-up's (O(total jobs), searched on the server). A job a Sidekiq process runs
+cannot be stopped from here (it is reported not found); one completed but not yet
+acknowledged is done (not found).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import redis
+
+from forkq import keys
+from forkq.ops.lookup import Place, find_job
+
+Outcome = Literal["unscheduled", "removed from retries", "dequeued", "stopping", "dead",
+                  "not found"]
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """What :func:`cancel` did for one jid: ``where`` names the queue, set or in-flight list."""
+
+    jid: str
+    outcome: Outcome
+    where: str = ""
+
+    def describe(self) -> str:
+        """One line for the operator."""
+        where = f" ({self.where})" if self.where else ""
+        return {
+            "unscheduled": f"{self.jid}: removed from the scheduled jobs",
+            "removed from retries": f"{self.jid}: removed from the retries",
+            "dequeued": f"{self.jid}: removed from queue {self.where}",
+            "stopping": f"{self.jid}: running{where}; its processor is being stopped",
+            "dead": f"{self.jid}: already dead; left in the dead set",
+            "not found": f"{self.jid}: not found (done, or no such job)",
+        }[self.outcome]
+
+
+def cancel(client: redis.Redis, jid: str, *, now: float | None = None) -> Cancelled:
+    """Cancel job ``jid`` wherever it is (see the module's rules). Redis errors propagate
+    (the request may then stand: it expires)."""
+    if not jid or not isinstance(jid, str):
+        raise ValueError(f"not a jid: {jid!r}")
+    now = time.time() if now is None else now
+    with client.pipeline(transaction=False) as pipe:
+        pipe.zremrangebyscore(keys.CANCELS, "-inf", now)
+        pipe.zadd(keys.CANCELS, {jid: now + keys.CANCEL_TTL})
+        pipe.execute()
+    result = _act(client, jid, find_job(client, jid).places)
+    if result.outcome != "stopping":
+        withdraw(client, jid)
+    return result
+
+
+def withdraw(client: redis.Redis, jid: str) -> None:
+    """Forget the request to cancel ``jid`` (it was carried out, or there is nothing to do)."""
+    client.zrem(keys.CANCELS, jid)
+
+
+def _act(client: redis.Redis, jid: str, places: list[Place]) -> Cancelled:
+    """Remove the job from the first place it waits in (by the bytes it was read as: a job
+    that left meanwhile is not removed), or find it in a forkq processor's hands."""
+    dead = False
+    for place in places:
+        if place.kind in _SETS and client.zrem(place.key, place.job.raw):
+            return Cancelled(jid, _SETS[place.kind], place.key)
+        if place.kind == "queued" and client.lrem(place.key, 1, place.job.raw):  # type: ignore[arg-type]
+            return Cancelled(jid, "dequeued", place.queue)
+        if (place.key.startswith(keys.INFLIGHT_PREFIX) and place.state != "completed"
+                and place.kind in ("running", "in-flight")):
+            return Cancelled(jid, "stopping", place.key)
+        dead = dead or place.kind == "dead"
+    return Cancelled(jid, "dead" if dead else "not found")
+
+
+_SETS: dict[str, Outcome] = {"scheduled": "unscheduled", "retry": "removed from retries"}

@@ -1,0 +1,113 @@
+"""``forkq cancel`` and ``forkq.api.cancel``: a queued, scheduled or retrying job is removed;
+a running one is stopped within a second (its processor killed and replaced) and filed to
+``dead`` as ``forkq.JobCancelledError``, never retried; a job can see the request."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from forkq import api, keys
+from forkq.client import Client, cancel_requested
+from forkq.embedded import EmbeddedServer
+
+from .conftest import records, run_forkq, until
+
+
+def _cancel_cli(server: EmbeddedServer, *jids: str, code: int = 0) -> str:
+    done = run_forkq("cancel", *jids, "--redis-url", server.url, timeout=30)
+    assert done.returncode == code, f"{done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+def _dead(r: redis.Redis, jid: str) -> dict[str, Any] | None:
+    entry = api.DeadSet(r).find_job(jid)
+    return None if entry is None else json.loads(entry.raw)
+
+
+def test_a_queued_a_scheduled_and_a_retrying_job_are_removed_where_they_wait(
+        r: redis.Redis, server: EmbeddedServer) -> None:
+    client = Client(r)
+    queued = client.push({"class": "Record", "args": [1], "queue": "low"})
+    kept = client.push({"class": "Record", "args": [2], "queue": "low"})
+    scheduled = client.push({"class": "Record", "args": [3], "at": time.time() + 3600})
+    retrying = "r" * 24
+    r.zadd("retry", {json.dumps({"class": "Record", "args": [], "jid": retrying,
+                                 "queue": "default", "retry_count": 1}): time.time() + 60})
+    out = _cancel_cli(server, str(queued), str(scheduled), retrying)
+    assert f"{queued}: removed from queue low" in out
+    assert f"{scheduled}: removed from the scheduled jobs" in out
+    assert f"{retrying}: removed from the retries" in out
+    assert [json.loads(job)["jid"] for job in r.lrange("queue:low", 0, -1)] == [kept]
+    assert r.zcard("schedule") == 0 and r.zcard("retry") == 0
+    assert not r.exists(keys.CANCELS), "a request carried out at once is withdrawn"
+
+
+def test_an_unknown_jid_is_reported_not_found(r: redis.Redis, server: EmbeddedServer) -> None:
+    out = _cancel_cli(server, "nosuchjid", code=66)
+    assert "nosuchjid: not found" in out
+    assert not r.exists(keys.CANCELS)
+
+
+def test_a_running_job_is_stopped_within_a_second_and_filed_dead_never_retried(
+        r: redis.Redis, daemon: Any) -> None:
+    jid = str(Client(r).push({"class": "Patient", "args": [60], "retry": 5}))
+    d = daemon("concurrency: 1\nrequire: jobs\nlog_level: info\n")
+    until(lambda: records(r, "test:started"), 15, lambda: d.log())
+    [started] = records(r, "test:started")
+    assert (started["asked"], started["current"]) == (False, jid)
+    asked = time.monotonic()
+    assert api.cancel(r, jid).outcome == "stopping"
+    until(lambda: _dead(r, jid), 5, lambda: d.log())
+    took = time.monotonic() - asked
+    print(f"running job cancelled -> in dead after {took:.3f} s")
+    assert took <= 1.0, f"{took:.3f} s"
+    entry = _dead(r, jid)
+    assert entry is not None and entry["error_class"] == "forkq.JobCancelledError"
+    assert r.zcard("retry") == 0 and not r.exists(keys.kills(jid)), "never retried, no death"
+    assert not r.exists(keys.CANCELS), "the request is withdrawn once carried out"
+    [child] = d.wait_children(1)
+    assert child.pid != started["pid"], "its processor was replaced"
+    assert records(r) == [], "the job never completed"
+    after = Client(r).push({"class": "Record", "args": ["after"]})
+    until(lambda: [row["jid"] for row in records(r)] == [after], 15, lambda: d.log())
+
+
+def test_the_cli_waits_for_a_running_job_to_be_stopped(
+        r: redis.Redis, daemon: Any, server: EmbeddedServer) -> None:
+    jid = str(Client(r).push({"class": "Patient", "args": [60]}))
+    d = daemon("concurrency: 1\nrequire: jobs\n")
+    until(lambda: records(r, "test:started"), 15, lambda: d.log())
+    out = _cancel_cli(server, jid)
+    assert f"{jid}: stopped (its processor was killed); filed to dead" in out
+    assert _dead(r, jid) is not None
+
+
+def test_a_cancelled_coroutine_job_stops_and_its_lane_neighbours_run_again(
+        r: redis.Redis, daemon: Any, tmp_path: Path) -> None:
+    out = tmp_path / "naps.txt"
+    client = Client(r)
+    victim = str(client.push({"class": "Nap", "args": [60, str(out)]}))
+    others = client.push_bulk({"class": "Nap", "args": [[2, str(out)]] * 4})
+    d = daemon("concurrency: 1\nasync_concurrency: 5\nrequire: jobs\n")
+    until(lambda: sum(1 for key in r.smembers(keys.INFLIGHT_REGISTRY) if r.llen(key)) == 5, 15,
+          lambda: d.log())
+    assert api.cancel(r, victim).outcome == "stopping"
+    until(lambda: _dead(r, victim), 5, lambda: d.log())
+    until(lambda: out.exists() and sorted(line.split()[0] for line in
+                                          out.read_text().splitlines()) == sorted(others),
+          30, lambda: d.log())
+
+
+def test_a_job_can_see_that_its_cancellation_was_asked(r: redis.Redis) -> None:
+    r.rpush("forkq:inflight:test:1", b"queue:default",
+            json.dumps({"class": "Record", "args": [], "jid": "held1"}))
+    r.sadd(keys.INFLIGHT_REGISTRY, "forkq:inflight:test:1")
+    client = Client(r)
+    assert cancel_requested("held1", client=client) is False
+    assert api.cancel(r, "held1").outcome == "stopping"
+    assert cancel_requested("held1", client=client) is True
