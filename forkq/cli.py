@@ -2,19 +2,22 @@
 
 ``forkq [run] [flags]`` runs the daemon (plain ``forkq -C FILE`` too, as
 ``sidekiq -C``); ``forkq demo`` runs it on the example jobs; ``forkq bench``
-measures it; ``forkq version``. The operator's commands (``status``, ``quiet``,
+measures it; ``forkq version`` (or ``--version``); a first word that is no command gets
+the closest command suggested (exit 2). The operator's commands (``status``, ``quiet``,
 ``stop``, ``dump``, ``reload``, ``queues``, ``retries``, ``dead``, ``scheduled``, ``job``,
 ``enqueue``; see
 :mod:`forkq.ops.commands`) find Redis as the daemon does (``-C``, ``--redis-url``,
 ``FORKQ_REDIS_URL``, ``REDIS_URL``) and print tables, or JSON with ``--json``.
 Errors print one line on stderr (and ``{"error": …}`` on stdout with ``--json``):
 a configuration error exits 78 (EX_CONFIG), a Redis that does not answer 69
-(EX_UNAVAILABLE), anything named but absent 66, other refusals 1.
+(EX_UNAVAILABLE), anything named but absent 66, input it cannot use 65 (``enqueue`` of a name
+the configured app does not register, unless ``--force``), other refusals 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -28,13 +31,16 @@ from forkq.connection import connect
 from forkq.daemon import logs
 from forkq.errors import (
     EXIT_CONFIG,
+    EXIT_DATAERR,
     EXIT_FAILURE,
     EXIT_NOPERM,
     EXIT_NOT_FOUND,
     EXIT_UNAVAILABLE,
+    EXIT_USAGE,
     ConfigError,
     ForkqError,
     NotFoundError,
+    UnknownJobError,
 )
 from forkq.ops import commands as ops
 
@@ -57,7 +63,9 @@ COMMANDS = ("run", "demo", "bench", "version", "enqueue", *OPERATOR)
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] not in (*COMMANDS, "-h", "--help"):
+    if args and not args[0].startswith("-") and args[0] not in COMMANDS:
+        return _unknown_command(args[0])
+    if not args or args[0] not in (*COMMANDS, "-h", "--help", "--version"):
         args.insert(0, "run")
     parsed = _parser().parse_args(args)
     try:
@@ -70,12 +78,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def _unknown_command(word: str) -> int:
+    """A first word that is no command (``forkq stauts``): say so, suggest the closest one."""
+    close = difflib.get_close_matches(word, COMMANDS, n=1)
+    hint = f"did you mean {close[0]}?" if close else f"commands: {', '.join(COMMANDS)}"
+    print(f"forkq: unknown command {word!r}; {hint} (forkq --help lists them)", file=sys.stderr)
+    return EXIT_USAGE
+
+
 def _failure(exc: ForkqError | redis.RedisError) -> tuple[int, str]:
     """The exit status and the one-line message for an error that ends a command."""
     if isinstance(exc, ConfigError):
         return EXIT_CONFIG, f"config error: {exc}"
     if isinstance(exc, NotFoundError):
         return EXIT_NOT_FOUND, str(exc)
+    if isinstance(exc, UnknownJobError):
+        return EXIT_DATAERR, str(exc)
     if isinstance(exc, redis.AuthenticationError | redis.exceptions.NoPermissionError):
         return EXIT_NOPERM, (f"Redis refused authentication: {exc} (check the password or "
                              "ACL user in redis_url)")
@@ -88,6 +106,7 @@ def _failure(exc: ForkqError | redis.RedisError) -> tuple[int, str]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="forkq", description="Prefork job daemon on Redis.")
+    parser.add_argument("--version", action="version", version=f"forkq {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the daemon (the default command)")
     config.add_flags(run)
@@ -96,13 +115,13 @@ def _parser() -> argparse.ArgumentParser:
     config.add_flags(demo)
     demo.set_defaults(func=_demo)
     bench = commands.add_parser("bench", help="measure throughput and latency")
-    bench.add_argument("-n", "--jobs", type=int, default=20_000, help="jobs per drain")
+    bench.add_argument("-n", "--jobs", type=int, default=20_000, metavar="N", help="jobs per drain")
     bench.add_argument("-c", "--concurrency", type=_int_list, default=None, metavar="C[,C...]",
                        help="forkq processor counts to measure (default 2,4,8; "
                        "--scheduled and --backlog take one, default 4)")
-    bench.add_argument("--repeat", type=int, default=3,
+    bench.add_argument("--repeat", type=int, default=3, metavar="N",
                        help="repetitions, alternating the systems; the table shows the median")
-    bench.add_argument("--latency-samples", type=int, default=200,
+    bench.add_argument("--latency-samples", type=int, default=200, metavar="N",
                        help="single pushes to an idle system for the latency figures")
     bench.add_argument("--backlog", type=int, default=0, metavar="N",
                        help="instead: drain N jobs with forkq watching the clients' output "
@@ -112,10 +131,11 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--scheduled", type=int, default=0, metavar="N",
                        help="instead: schedule N jobs over --over seconds; print how late "
                        "they start and whether each ran exactly once")
-    bench.add_argument("--over", type=float, default=30.0, help="seconds (with --scheduled)")
-    bench.add_argument("--daemons", type=int, default=2,
+    bench.add_argument("--over", type=float, default=30.0, metavar="SECONDS",
+                       help="seconds (with --scheduled)")
+    bench.add_argument("--daemons", type=int, default=2, metavar="N",
                        help="forkq daemons sharing the server (with --scheduled)")
-    bench.add_argument("--redis-url", default=None,
+    bench.add_argument("--redis-url", default=None, metavar="URL",
                        help="use this server (default: a private throwaway server)")
     bench.set_defaults(func=_bench)
     version = commands.add_parser("version", help="print the version")
@@ -189,14 +209,16 @@ def _enqueue_parser(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("args", nargs="*", metavar="ARG",
                      help="each is JSON when it parses as JSON (42, true, [1]), else a string; "
                      "put -- before a negative number")
-    sub.add_argument("-q", "--queue", dest="to_queue", default=None,
+    sub.add_argument("-q", "--queue", dest="to_queue", default=None, metavar="QUEUE",
                      help="queue (default: the job's own)")
-    sub.add_argument("--retry", type=ops.retry_option, default=None,
+    sub.add_argument("--retry", type=ops.retry_option, default=None, metavar="true|false|N",
                      help="true, false or a number of retries")
     sub.add_argument("--in", dest="in_seconds", type=ops.seconds_option, default=None,
                      metavar="SECONDS", help="run it this many seconds from now")
     sub.add_argument("--at", type=ops.when_option, default=None, metavar="WHEN",
                      help="run it at this epoch, or ISO 8601 time (local unless it has an offset)")
+    sub.add_argument("--force", action="store_true",
+                     help="push even when the configured app (require) has no job NAME")
     sub.set_defaults(func=_enqueue)
 
 
@@ -214,27 +236,44 @@ def _operator(args: argparse.Namespace) -> int:
 
 def _enqueue(args: argparse.Namespace) -> int:
     settings = config.load(args, os.environ)
-    client = _client(settings)
-    return ops.emit(ops.enqueue(client, args, _job_defaults(settings, args.name)),
-                    as_json=args.json)
+    defaults = _job_defaults(settings, args.name, force=args.force)
+    return ops.emit(ops.enqueue(_client(settings), args, defaults), as_json=args.json)
 
 
-def _job_defaults(settings: config.Config, name: str) -> dict[str, Any]:
+def _job_defaults(settings: config.Config, name: str, *, force: bool) -> dict[str, Any]:
     """The registered job's own payload options when the config has ``require`` (the app is
-    imported, as ``run`` does); {} for another name, with a note on stderr."""
+    imported, as ``run`` does). A name the app does not register is refused
+    (:class:`UnknownJobError`, exit 65) unless ``force``; without ``require`` nothing can be
+    checked, which stderr says. {} when there are no options to take."""
     from forkq.registry import REGISTRY
 
     if not settings.require:
+        print(f"forkq: note: no app configured (require), so nothing was checked: {name!r} "
+              "is pushed as given", file=sys.stderr)
         return {}
     config.import_required(settings)
     spec = REGISTRY.find(name)
-    if spec is None:
-        known = ", ".join(sorted(REGISTRY.names()))
-        print(f"forkq: note: {name!r} is not a job of this app ({known}); pushed for another "
-              "worker (Sidekiq) to run", file=sys.stderr)
-        return {}
-    return {**spec.options.payload_options(), "queue": spec.options.queue,
-            "retry": spec.options.retry}
+    if spec is not None:
+        return {**spec.options.payload_options(), "queue": spec.options.queue,
+                "retry": spec.options.retry}
+    known = sorted(REGISTRY.names())
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    if not force:
+        raise UnknownJobError(
+            f"enqueue: {name!r} is not a job of this app ({_listed(known)}); {hint}give "
+            "--force to push it anyway (for another worker, such as Sidekiq, to run)")
+    print(f"forkq: note: {name!r} is not a job of this app ({_listed(known)}); {hint}pushed "
+          "anyway (--force)", file=sys.stderr)
+    return {}
+
+
+def _listed(names: list[str], most: int = 8) -> str:
+    """``"known: a, b, c"`` (at most ``most`` of them), or that there are none."""
+    if not names:
+        return "it registers no job"
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return f"known: {', '.join(names[:most])}{more}"
 
 
 def _version(args: argparse.Namespace) -> int:

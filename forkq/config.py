@@ -4,7 +4,9 @@ Precedence, highest first. A setting is taken whole from the first source that g
 flags replace the file's queue list rather than merge into it.
 
 1. command-line flag (``-c 10``; see :func:`add_flags`)
-2. ``FORKQ_*`` environment variable (``FORKQ_CONCURRENCY=10``); an empty variable counts as unset
+2. ``FORKQ_*`` environment variable (``FORKQ_CONCURRENCY=10``); an empty variable counts as unset.
+   A setting given by 1 or 2 is not failed by an unset ``${VAR}`` in its file value (the file
+   value is not used): ``FORKQ_REDIS_URL`` wins over ``redis_url: ${REDIS_URL}``
 3. the YAML file (``-C``, else ``FORKQ_CONFIG``; none if neither), whose environment section
    (``-e`` / ``FORKQ_ENV``) overrides its top level
 4. ``REDIS_URL`` environment variable, for ``redis_url`` only
@@ -27,7 +29,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
-import importlib.util
 import os
 import re
 import sys
@@ -40,6 +41,7 @@ from typing import Any, Literal
 import yaml
 from yaml.constructor import SafeConstructor
 
+from forkq import file_modules
 from forkq.cron import Periodic, read_entries
 from forkq.errors import ConfigError
 from forkq.setting_values import (
@@ -253,7 +255,8 @@ def load(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
     flags, env = _flag_layer(args), _env_layer(environ)
     path = _first("config_file", flags, env)
     environment = _first("environment", flags, env)
-    file = _file_layer(str(path), environ, str(environment or "")) if path else {}
+    given = frozenset(flags) | frozenset(env)
+    file = _file_layer(str(path), environ, str(environment or ""), given) if path else {}
     return _build([flags, env, file, _fallback_layer(environ)])
 
 
@@ -345,6 +348,7 @@ class _File:
 
     path: str
     environ: Mapping[str, str]
+    overridden: frozenset[str] = frozenset()  # settings a flag or FORKQ_* variable gives
     constructor: SafeConstructor = field(default_factory=SafeConstructor)
 
     def where(self, node: yaml.Node) -> str:
@@ -354,9 +358,15 @@ class _File:
         return ConfigError(f"{self.where(node)}: {setting}: {problem}")
 
 
-def _file_layer(path: str, environ: Mapping[str, str], environment: str) -> _Layer:
-    """The settings a YAML file gives, its ``environment`` section applied over its top level."""
-    file = _File(path, environ)
+def _file_layer(path: str, environ: Mapping[str, str], environment: str,
+                overridden: frozenset[str] = frozenset()) -> _Layer:
+    """The settings a YAML file gives, its ``environment`` section applied over its top level.
+
+    A setting in ``overridden`` (given by a flag or a ``FORKQ_*`` variable) whose value names an
+    unset ``${VAR}`` is left out instead of failing: ``FORKQ_REDIS_URL`` wins over
+    ``redis_url: ${REDIS_URL}`` with REDIS_URL unset. Every other problem is still an error.
+    """
+    file = _File(path, environ, overridden)
     root = _compose(path)
     if root is None or root.tag == "tag:yaml.org,2002:null":
         return {}
@@ -368,7 +378,13 @@ def _file_layer(path: str, environ: Mapping[str, str], environment: str) -> _Lay
         nested, _ = _entries(file, section, None)  # every section's keys are checked, one applied
         if name == environment:
             entries.update(nested)
-    return {name: (_file_value(file, name, nod), file.where(nod)) for name, nod in entries.items()}
+    layer: _Layer = {}
+    for name, node in entries.items():
+        try:
+            layer[name] = (_file_value(file, name, node), file.where(node))
+        except _UnsetVariableError:  # raised only for an overridden setting
+            continue
+    return layer
 
 
 def _compose(path: str) -> yaml.Node | None:
@@ -432,6 +448,8 @@ def _file_value(file: _File, name: str, node: yaml.Node) -> object:
     try:
         value = setting.kind.read(_construct(file, name, node))
         setting.check(value)
+    except _UnsetVariableError:
+        raise
     except InvalidError as exc:
         raise file.error(_locate(node, exc.path), name, exc.problem) from None
     return value
@@ -451,9 +469,17 @@ def _construct(file: _File, name: str, node: yaml.Node) -> object:
         raise file.error(node, name, str(exc.problem)) from None
     except ValueError as exc:  # a timestamp-looking scalar that is no date, e.g. 2024-13-45
         raise file.error(node, name, f"cannot read the value: {exc}") from None
+    except _UnsetVariableError as exc:
+        if name in file.overridden:
+            raise
+        raise file.error(node, name, exc.problem) from None
     except InvalidError as exc:
         raise file.error(node, name, exc.problem) from None
     return value
+
+
+class _UnsetVariableError(InvalidError):
+    """``${VAR}`` names an unset variable and gives no default."""
 
 
 _REFERENCE = re.compile(r"\$\{(?:([A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\})?")
@@ -469,7 +495,7 @@ def _interpolate(text: str, environ: Mapping[str, str]) -> str:
         if environ.get(var) or (var in environ and default is None):
             return environ[var]
         if default is None:
-            raise InvalidError(f"environment variable {var} is not set")
+            raise _UnsetVariableError(f"environment variable {var} is not set")
         return default[2:]
 
     return _REFERENCE.sub(replace, text)
@@ -487,10 +513,13 @@ def _locate(node: yaml.Node, path: tuple[int, ...]) -> yaml.Node:
 def import_required(config: Config) -> None:
     """Import every ``require`` entry, in order, into this process.
 
-    A path (ending in ``.py`` or containing ``/``) is loaded as a module named after its file stem,
-    relative to the config file's directory, else the current one. Anything else is a module name,
-    imported with the current directory on ``sys.path`` (as under ``python -m``). Raises ConfigError
-    naming the entry and where ``require`` was set.
+    A path (ending in ``.py`` or containing ``/``) is relative to the config file's directory,
+    else the current one, and is imported under the dotted name other code imports it by
+    (``myapp/tasks.py`` in package ``myapp`` is module ``myapp.tasks``; a form whose name is
+    ambiguous is refused with a hint: :mod:`forkq.file_modules`), so job names do not depend
+    on how the module was named. Anything else is a module name, imported with the current
+    directory on ``sys.path`` (as under ``python -m``). Raises ConfigError naming the entry
+    and where ``require`` was set.
     """
     base = os.path.dirname(config.config_file) if config.config_file else os.getcwd()
     if os.getcwd() not in sys.path and "" not in sys.path:
@@ -498,7 +527,7 @@ def import_required(config: Config) -> None:
     for entry in config.require:
         try:
             if entry.endswith(".py") or "/" in entry:
-                _import_file(os.path.join(base, entry))
+                file_modules.import_file(os.path.join(base, entry), (base,))
             else:
                 importlib.import_module(entry)
         # The boundary with user code: whatever its import raises is a configuration failure.
@@ -506,19 +535,3 @@ def import_required(config: Config) -> None:
             why = str(exc) if isinstance(exc, ImportError) else f"{type(exc).__name__}: {exc}"
             raise ConfigError(f"{config.origin('require')}: require: cannot import {entry!r}: "
                               f"{' '.join(why.split())}") from exc
-
-
-def _import_file(path: str) -> None:
-    if not path.endswith(".py") or not os.path.isfile(path):
-        raise ImportError(f"no such file {path}" if path.endswith(".py") else "not a .py file")
-    name = Path(path).stem
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # before running it, as import does, so it can import itself
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise

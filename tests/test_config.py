@@ -516,9 +516,21 @@ def test_import_file_relative_to_config_file(write: Write) -> None:
 
 @pytest.mark.usefixtures("clean_modules")
 def test_import_file_relative_to_cwd_without_config_file(write: Write) -> None:
-    write("MARK = 'cwd'\n", "app/fqtest_cwd_jobs.py")
-    import_required(Config(require=("app/fqtest_cwd_jobs.py",)))
-    assert sys.modules["fqtest_cwd_jobs"].MARK == "cwd"
+    """A file in a package is imported under its dotted name, as other code imports it."""
+    write("MARK = 'cwd'\n", "fqtest_app/fqtest_cwd_jobs.py")
+    write("", "fqtest_app/__init__.py")
+    import_required(Config(require=("fqtest_app/fqtest_cwd_jobs.py",)))
+    assert sys.modules["fqtest_app.fqtest_cwd_jobs"].MARK == "cwd"
+    assert "fqtest_cwd_jobs" not in sys.modules
+
+
+@pytest.mark.usefixtures("clean_modules")
+def test_import_file_outside_a_package_below_the_anchor_is_refused(write: Write) -> None:
+    write("MARK = 'ns'\n", "fqtest_ns/fqtest_ns_jobs.py")
+    message = error_of(lambda: import_required(Config(require=("fqtest_ns/fqtest_ns_jobs.py",))))
+    assert message.startswith("default: require: cannot import 'fqtest_ns/fqtest_ns_jobs.py': ")
+    assert "write require: fqtest_ns.fqtest_ns_jobs" in message
+    assert "fqtest_ns_jobs" not in sys.modules
 
 
 @pytest.mark.usefixtures("clean_modules")

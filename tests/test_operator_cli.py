@@ -328,5 +328,8 @@ def test_enqueue_takes_a_registered_jobs_options_from_the_app(
     (pushed,) = [json.loads(m) for m in r.lrange("queue:default", 0, -1)]
     assert (pushed["class"], pushed["retry"], pushed["backtrace"]) == ("SlowRetry", 3, 5)
     foreign = run_forkq("enqueue", "-C", str(config), "RubyOnly", "1", "-q", "ruby")
-    assert foreign.returncode == 0 and "'RubyOnly' is not a job of this app" in foreign.stderr
+    assert foreign.returncode == 65 and "'RubyOnly' is not a job of this app" in foreign.stderr
+    assert r.llen("queue:ruby") == 0
+    forced = run_forkq("enqueue", "-C", str(config), "RubyOnly", "1", "-q", "ruby", "--force")
+    assert forced.returncode == 0 and "pushed anyway (--force)" in forced.stderr
     assert json.loads(r.lindex("queue:ruby", 0) or b"")["args"] == [1]

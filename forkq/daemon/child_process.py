@@ -33,7 +33,7 @@ from forkq import __version__
 from forkq import client as clients
 from forkq.config import Config
 from forkq.connection import connect
-from forkq.daemon import logs
+from forkq.daemon import logs, pipes
 from forkq.daemon.children.beat_thread import BeatThread
 from forkq.daemon.signals import SelfPipe
 from forkq.errors import EXIT_SOFTWARE
@@ -92,7 +92,7 @@ class OsProcesses:
         return pid
 
     def fork_reporting(self, body: Callable[[int], int]) -> tuple[int, int]:
-        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        read_fd, write_fd = pipes.pipe()
 
         def child() -> int:
             os.close(read_fd)

@@ -16,6 +16,8 @@ import signal
 from collections.abc import Callable, Iterable
 from types import FrameType
 
+from forkq.daemon import pipes
+
 
 class SelfPipe:
     """A wakeup pipe for ``signals``; install in the process that will read it."""
@@ -23,7 +25,7 @@ class SelfPipe:
     def __init__(self, signals: Iterable[signal.Signals]) -> None:
         self.signals = tuple(signals)
         self._numbers = frozenset(int(s) for s in self.signals)
-        self._read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._read_fd, self._write_fd = pipes.pipe(nonblocking=True)
         self._pending = False
         self.on_signal: Callable[[], None] | None = None  # also called by the handler
         self._previous_fd = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)

@@ -22,13 +22,15 @@ import os
 import select
 import tempfile
 
+from forkq.daemon import pipes
+
 
 class WatchToken:
     """The token and the doorbell of one daemon's processors (create in the master)."""
 
     def __init__(self) -> None:
         self._file = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the daemon
-        self._bell_read, self._bell_write = os.pipe2(os.O_NONBLOCK)
+        self._bell_read, self._bell_write = pipes.pipe(nonblocking=True)
         self.held = False
 
     def take(self) -> bool:

@@ -21,6 +21,7 @@ import random
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -79,6 +80,7 @@ def _forkq(r: redis.Redis, tmp: str, url: str, *, jobs: int, over: float, daemon
         try:
             for daemon in running:
                 daemon.start()
+            print("  forkq: waiting for the daemons and their leader", file=sys.stderr, flush=True)
             if not wait_for(lambda: r.exists(keys.LEADER) == 1 and
                             r.scard(keys.INFLIGHT_REGISTRY) >= daemons * concurrency, 60):
                 raise ForkqError(f"the daemons did not start; see {log_file.name}")
@@ -117,10 +119,28 @@ def _measure(r: redis.Redis, name: str, *, jobs: int, over: float,
     jids = clients.Client(r).push_bulk({"class": job_class, "args": [[due] for due in dues],
                                         "at": dues, "queue": QUEUE})
     settle = over + LEAD + 30
-    wait_for(lambda: r.llen(STAMPS) >= jobs, settle, interval=0.1)
+    wait_for(_all_ran(r, name, dues), settle, interval=0.1)
     _done_waiting(lambda: r.llen(STAMPS) > jobs, 2.0)  # any duplicate shows up now
     stamps = [json.loads(row) for row in r.lrange(STAMPS, 0, -1)]
     return _report(name, jids, stamps)
+
+
+def _all_ran(r: redis.Redis, name: str, dues: list[float]) -> Callable[[], bool]:
+    """The wait's condition (every job ran), showing on stderr about once a second how many
+    ran and how many were due by then."""
+    shown = [time.monotonic()]
+
+    def check() -> bool:
+        ran = int(r.llen(STAMPS))
+        if ran >= len(dues):
+            return True
+        if time.monotonic() - shown[0] >= 1.0:
+            shown[0] = time.monotonic()
+            due = sum(1 for moment in dues if moment <= time.time())
+            print(f"  {name}: {ran} of {len(dues)} ran, {due} due by now", file=sys.stderr,
+                  flush=True)
+        return False
+    return check
 
 
 def _done_waiting(condition: Callable[[], bool], seconds: float) -> None:

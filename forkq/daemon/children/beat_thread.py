@@ -51,7 +51,7 @@ from typing import Any
 import redis
 
 from forkq import keys
-from forkq.daemon import logs, process_proof
+from forkq.daemon import logs, pipes, process_proof
 from forkq.errors import EXIT_ORPHANED
 from forkq.scripts import script
 
@@ -82,7 +82,7 @@ class BeatThread:
         self._pid = pid
         self._start = process_proof.start_time(pid)  # with the pid, names this process instance
         self._seq = 0
-        self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wake_read, self._wake_write = pipes.pipe(nonblocking=True)
         self._stopped = False
         self._dump = False
         self._reopen = False

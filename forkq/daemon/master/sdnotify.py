@@ -152,7 +152,7 @@ class Notifier:
     def _socket(self) -> socket.socket:
         """The datagram socket, opened on first use."""
         if self._sock is None:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # close-on-exec (PEP 446)
             sock.settimeout(_SEND_TIMEOUT)
             self._sock = sock
         return self._sock

@@ -1,0 +1,283 @@
+"""What a newcomer trips on: job names that drift with how the app was loaded, ``forkq
+enqueue`` of a name the app does not have, ``--version``, command typos, an unset
+``${REDIS_URL}`` under ``FORKQ_REDIS_URL``, the demo's Redis, ``bench --scheduled`` progress,
+and a daemon that runs without Linux-only calls (``os.pipe2``)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import redis
+
+from forkq import __version__, config
+from forkq.embedded import EmbeddedServer
+from forkq.errors import ConfigError
+from forkq.tools.driver import DaemonProcess
+
+from .conftest import ROOT, TESTS, Daemon, records, run_forkq, until
+
+TASKS = """\
+from forkq import job
+from forkq import client as clients
+import json
+
+
+@job
+def ping(word):
+    clients.default().redis.rpush("test:ran", json.dumps({"job": "ping", "word": word}))
+"""
+
+
+def _package(root: Path, package: str = "myapp", *, init: bool = True) -> None:
+    """``<root>/<package>/tasks.py`` holding the job ``ping``; a package when ``init``."""
+    folder = root / package
+    folder.mkdir()
+    if init:
+        (folder / "__init__.py").write_text("")
+    (folder / "tasks.py").write_text(TASKS)
+
+
+def _web(cwd: Path, url: str, code: str) -> str:
+    """Run ``code`` as a web process would (its cwd the project, Redis from the environment);
+    its stdout."""
+    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "FORKQ_REDIS_URL": url,
+                                           "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+# --- item 7: names that cannot drift --------------------------------------------------------
+
+
+def test_a_required_file_in_a_package_runs_what_the_web_process_pushes(
+        daemon: Callable[..., Daemon], server: EmbeddedServer, r: redis.Redis,
+        tmp_path: Path) -> None:
+    _package(tmp_path)
+    d = daemon("require: myapp/tasks.py\nconcurrency: 1\n")
+    pushed = _web(tmp_path, server.url, "from myapp.tasks import ping\n"
+                  "print(ping.name, ping.perform_async('hello'))")
+    assert pushed.split()[0] == "myapp.tasks.ping"
+    until(lambda: records(r), 15, lambda: f"the job did not run; log:\n{d.log()}")
+    assert records(r) == [{"job": "ping", "word": "hello"}]
+    assert r.llen("dead") == 0 and "unknown job" not in d.log()
+
+
+@pytest.mark.process
+def test_a_required_file_outside_a_package_whose_import_name_differs_is_refused(
+        tmp_path: Path) -> None:
+    _package(tmp_path, "webjobs", init=False)
+    (tmp_path / "forkq.yml").write_text("require: webjobs/tasks.py\n")
+    done = run_forkq("run", "-C", "forkq.yml", cwd=tmp_path, timeout=30)
+    assert done.returncode == 78, done.stderr
+    assert "forkq.yml:1:10: require: cannot import 'webjobs/tasks.py'" in done.stderr
+    assert "would be module 'tasks'" in done.stderr
+    assert "imports it as 'webjobs.tasks'" in done.stderr
+    assert "write require: webjobs.tasks" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("name", ["json", "email"])  # json: forkq has imported it already
+def test_a_required_file_named_like_a_standard_module_is_refused(tmp_path: Path,
+                                                                  name: str) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / f"{name}.py").write_text(TASKS)
+    (tmp_path / "etc" / "forkq.yml").write_text(f"require: {name}.py\n")
+    done = run_forkq("run", "-C", "etc/forkq.yml", cwd=tmp_path, timeout=30)
+    assert done.returncode == 78, done.stderr
+    assert (f"would be module {name!r}, but that name is another module (the standard "
+            "library)") in done.stderr
+
+
+def test_the_module_form_of_a_namespace_package_gives_the_web_name(
+        daemon: Callable[..., Daemon], server: EmbeddedServer, r: redis.Redis,
+        tmp_path: Path) -> None:
+    """The refusal's advice works: ``require: jobs.tasks`` names the jobs as the web does."""
+    _package(tmp_path, "webjobs", init=False)
+    d = daemon("require: webjobs.tasks\nconcurrency: 1\n")
+    _web(tmp_path, server.url, "from webjobs.tasks import ping\nping.perform_async('ns')")
+    until(lambda: records(r), 15, lambda: f"the job did not run; log:\n{d.log()}")
+    assert records(r) == [{"job": "ping", "word": "ns"}]
+
+
+@pytest.mark.process
+def test_enqueue_refuses_a_name_the_app_does_not_register_unless_forced(
+        server: EmbeddedServer, r: redis.Redis, tmp_path: Path) -> None:
+    _package(tmp_path)
+    (tmp_path / "forkq.yml").write_text(f"require: myapp/tasks.py\nredis_url: {server.url}\n")
+    drifted = run_forkq("enqueue", "-C", "forkq.yml", "tasks.ping", "x", cwd=tmp_path)
+    assert drifted.returncode == 65, drifted.stderr
+    assert "'tasks.ping' is not a job of this app (known: myapp.tasks.ping)" in drifted.stderr
+    assert "did you mean 'myapp.tasks.ping'?" in drifted.stderr and "--force" in drifted.stderr
+    assert r.llen("queue:default") == 0
+
+    as_json = run_forkq("enqueue", "-C", "forkq.yml", "nothing.like.it", "--json", cwd=tmp_path)
+    assert as_json.returncode == 65 and '"error": "enqueue: ' in as_json.stdout
+    assert r.llen("queue:default") == 0
+
+    forced = run_forkq("enqueue", "-C", "forkq.yml", "tasks.ping", "x", "--force", cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert "pushed anyway (--force)" in forced.stderr
+    own = run_forkq("enqueue", "-C", "forkq.yml", "myapp.tasks.ping", "y", cwd=tmp_path)
+    assert own.returncode == 0 and "note" not in own.stderr, own.stderr
+    assert [row.count(b"ping") for row in r.lrange("queue:default", 0, -1)] == [1, 1]
+
+
+@pytest.mark.process
+def test_enqueue_without_an_app_says_nothing_was_checked(
+        server: EmbeddedServer, r: redis.Redis, tmp_path: Path) -> None:
+    done = run_forkq("enqueue", "--redis-url", server.url, "Anything", "1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "no app configured (require), so nothing was checked: 'Anything'" in done.stderr
+    assert r.llen("queue:default") == 1
+
+
+# --- item 8: papercuts ----------------------------------------------------------------------
+
+
+@pytest.mark.process
+def test_version_flag() -> None:
+    done = run_forkq("--version")
+    assert (done.returncode, done.stdout) == (0, f"forkq {__version__}\n")
+
+
+@pytest.mark.process
+def test_a_command_typo_suggests_the_command() -> None:
+    done = run_forkq("stauts")
+    assert done.returncode == 2
+    assert done.stderr == ("forkq: unknown command 'stauts'; did you mean status? "
+                           "(forkq --help lists them)\n")
+    far = run_forkq("xyzzy")
+    assert far.returncode == 2 and "commands: run, demo, bench" in far.stderr
+
+
+@pytest.mark.process
+def test_help_metavars_read_as_words() -> None:
+    for command in ("enqueue", "bench"):
+        done = run_forkq(command, "--help")
+        assert done.returncode == 0
+        usage = done.stdout.split("\n\n")[0]
+        assert not re.search(r"\b(TO_QUEUE|RETRY|LATENCY_SAMPLES|REDIS_URL|OVER|DAEMONS|REPEAT|"
+                             r"JOBS)\b", usage), usage
+    assert "-q QUEUE" in run_forkq("enqueue", "--help").stdout
+
+
+def _load(path: Path, *argv: str, **environ: str) -> config.Config:
+    parser = argparse.ArgumentParser()
+    config.add_flags(parser)
+    return config.load(parser.parse_args(["-C", str(path), *argv]), environ)
+
+
+def test_forkq_redis_url_wins_over_an_unset_variable_in_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "forkq.yml"
+    path.write_text("redis_url: ${REDIS_URL}\nconcurrency: ${N}\n")
+    with pytest.raises(ConfigError, match=r"forkq.yml:1:12: redis_url: environment variable "
+                       r"REDIS_URL is not set"):
+        _load(path, "-c", "2")
+    by_env = _load(path, "-c", "2", FORKQ_REDIS_URL="redis://h:1/2")
+    assert (by_env.redis_url, by_env.origin("redis_url")) == ("redis://h:1/2",
+                                                               "env FORKQ_REDIS_URL")
+    by_flag = _load(path, "-c", "2", "--redis-url", "redis://f:1/0")
+    assert by_flag.redis_url == "redis://f:1/0" and by_flag.concurrency == 2
+    with pytest.raises(ConfigError, match="concurrency: environment variable N is not set"):
+        _load(path, FORKQ_REDIS_URL="redis://h:1/2")  # only the overridden setting is excused
+    path.write_text("redis_url: ${REDIS_URL}\nconcurrency: many\n")
+    with pytest.raises(ConfigError, match=r"forkq\.yml:2:14: concurrency:"):
+        _load(path, FORKQ_REDIS_URL="redis://h:1/2")
+
+
+@pytest.mark.process
+def test_the_demo_does_not_use_redis_url_from_the_environment(
+        server: EmbeddedServer, r: redis.Redis, tmp_path: Path) -> None:
+    example = str(ROOT / "etc" / "forkq.yml")
+    done = run_forkq("demo", "-C", example, cwd=tmp_path, timeout=90,
+                     env={"REDIS_URL": "redis://127.0.0.1:1/0", "FORKQ_REDIS_URL": ""})
+    assert done.returncode == 0, done.stderr
+    assert ("demo: a private embedded server in .forkq (REDIS_URL is set in the environment: "
+            "not used)") in done.stderr
+    assert "demo: 10 of 10 example jobs processed; daemon exited with 0" in done.stderr
+    told = run_forkq("demo", "-C", example, "--redis-url", server.url, cwd=tmp_path, timeout=90,
+                     env={"REDIS_URL": "redis://127.0.0.1:1/0"})
+    assert told.returncode == 0, told.stderr
+    assert "demo: the Redis named by flag --redis-url" in told.stderr
+    assert int(r.get("stat:processed") or 0) >= 10, "the demo's daemon used the given server"
+
+
+@pytest.mark.bench
+@pytest.mark.process
+def test_bench_scheduled_shows_progress_on_stderr() -> None:
+    done = run_forkq("bench", "--scheduled", "40", "--over", "2", "-c", "1", "--daemons", "1",
+                     timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "forkq: ran exactly once: 40 of 40" in done.stdout
+    assert "forkq: waiting for the daemons and their leader" in done.stderr
+    assert re.search(r"forkq: \d+ of 40 ran, \d+ due by now", done.stderr), done.stderr
+
+
+# --- portability: no os.pipe2 (macOS has none) ----------------------------------------------
+
+WITHOUT_LINUX_CALLS = """\
+import os, socket, sys
+del os.pipe2, socket.SOCK_CLOEXEC   # as on macOS
+from forkq.cli import main
+sys.exit(main(["run", "-C", sys.argv[1]]))
+"""
+
+
+class _PortableDaemon(DaemonProcess):
+    def start(self) -> None:
+        self.process = subprocess.Popen([sys.executable, "-c", WITHOUT_LINUX_CALLS,
+                                         self.config_file], env=self.env, stderr=self.stderr,
+                                        stdin=subprocess.DEVNULL, cwd=self.cwd)
+
+
+@pytest.fixture
+def portable_daemon(tmp_path: Path) -> Iterator[_PortableDaemon]:
+    """A daemon whose Python lacks ``os.pipe2`` and ``socket.SOCK_CLOEXEC``; stopped by pid."""
+    log = open(tmp_path / "daemon.log", "wb")  # noqa: SIM115 - closed below
+    env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}"}
+    d = _PortableDaemon(str(tmp_path / "forkq.yml"), env=env, stderr=log, cwd=str(tmp_path))
+    yield d
+    known: set[int] = set()
+    if d.process is not None:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            known = {p.pid for p in psutil.Process(d.pid).children(recursive=True)}
+    d.stop(timeout=10)
+    log.close()
+    for pid in known:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.process
+def test_the_daemon_runs_without_linux_only_calls(
+        portable_daemon: _PortableDaemon, server: EmbeddedServer, r: redis.Redis,
+        tmp_path: Path) -> None:
+    (tmp_path / "forkq.yml").write_text(textwrap.dedent(f"""\
+        require: jobs
+        concurrency: 2
+        queues: [default, other]
+        redis_url: {server.url}
+        """))
+    portable_daemon.start()
+    log = tmp_path / "daemon.log"
+    _web(tmp_path, server.url, "from forkq.client import Client\nc = Client()\n"
+         "for q in ('default', 'other'):\n"
+         "    c.push({'class': 'Record', 'args': [q], 'queue': q})")
+    until(lambda: len(records(r)) == 2, 20, lambda: f"log:\n{log.read_text()}")
+    assert sorted(row["queue"] for row in records(r)) == ["default", "other"]
+    portable_daemon.signal(signal.SIGTERM)
+    assert portable_daemon.wait(30) == 0, log.read_text()
+    assert "pipe2" not in log.read_text() and "Traceback" not in log.read_text()
