@@ -127,8 +127,6 @@ class Supervisor:
 
     def run(self) -> int:
         """Run until stopped; the exit code."""
-        if self.config.pid_file:
-            pidfile.write(self.config.pid_file, os.getpid())
         try:
             self.start()
             while not self.done:
@@ -145,6 +143,8 @@ class Supervisor:
         the pool and the scheduler slot, restart recovery. Uses the given effects."""
         self._pipe = self._effects.wakeup or SelfPipe(self.actions)
         self._notify = Notifier.from_environ()
+        if self.config.pid_file:  # now that a signal sent to the pid it names is handled
+            pidfile.write(self.config.pid_file, os.getpid())
         self._start_embedded()
         self.store = self._effects.store or self._connect()
         processes = self._effects.processes
