@@ -61,7 +61,8 @@ def test_a_running_job_is_stopped_within_a_second_and_filed_dead_never_retried(
     [started] = records(r, "test:started")
     assert (started["asked"], started["current"]) == (False, jid)
     asked = time.monotonic()
-    assert api.cancel(r, jid).outcome == "stopping"
+    # "stopped" when its master was quicker than the look-up (a busy machine)
+    assert api.cancel(r, jid).outcome in ("stopping", "stopped")
     until(lambda: _dead(r, jid), 5, lambda: d.log())
     took = time.monotonic() - asked
     print(f"running job cancelled -> in dead after {took:.3f} s")
@@ -96,7 +97,7 @@ def test_a_cancelled_coroutine_job_stops_and_its_lane_neighbours_run_again(
     d = daemon("concurrency: 1\nasync_concurrency: 5\nrequire: jobs\n")
     until(lambda: sum(1 for key in r.smembers(keys.INFLIGHT_REGISTRY) if r.llen(key)) == 5, 15,
           lambda: d.log())
-    assert api.cancel(r, victim).outcome == "stopping"
+    assert api.cancel(r, victim).outcome in ("stopping", "stopped")
     until(lambda: _dead(r, victim), 5, lambda: d.log())
     until(lambda: out.exists() and sorted(line.split()[0] for line in
                                           out.read_text().splitlines()) == sorted(others),

@@ -31,8 +31,8 @@ import redis
 from forkq import keys
 from forkq.ops.lookup import Place, find_job
 
-Outcome = Literal["unscheduled", "removed from retries", "dequeued", "stopping", "dead",
-                  "not found"]
+Outcome = Literal["unscheduled", "removed from retries", "dequeued", "stopping", "stopped",
+                  "dead", "not found"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ class Cancelled:
             "removed from retries": f"{self.jid}: removed from the retries",
             "dequeued": f"{self.jid}: removed from queue {self.where}",
             "stopping": f"{self.jid}: running{where}; its processor is being stopped",
+            "stopped": f"{self.jid}: stopped (its processor was killed); filed to dead",
             "dead": f"{self.jid}: already dead; left in the dead set",
             "not found": f"{self.jid}: not found (done, or no such job)",
         }[self.outcome]
@@ -67,6 +68,8 @@ def cancel(client: redis.Redis, jid: str, *, now: float | None = None) -> Cancel
         pipe.zadd(keys.CANCELS, {jid: now + keys.CANCEL_TTL})
         pipe.execute()
     result = _act(client, jid, find_job(client, jid).places)
+    if result.outcome in ("dead", "not found") and client.zscore(keys.CANCELS, jid) is None:
+        return Cancelled(jid, "stopped")  # a master carried the request out during the look-up
     if result.outcome != "stopping":
         withdraw(client, jid)
     return result

@@ -279,13 +279,9 @@ def cancel_jobs(client: redis.Redis, args: argparse.Namespace) -> Outcome:
     results = [cancel.cancel(client, jid) for jid in args.jids]
     stopped = _wait_stopped(client, [r.jid for r in results if r.outcome == "stopping"],
                             args.wait)
-    lines, data = [], {}
-    for result in results:
-        line = result.describe()
-        if result.jid in stopped:
-            line = f"{result.jid}: stopped (its processor was killed); filed to dead"
-        lines.append(line)
-        data[result.jid] = "stopped" if result.jid in stopped else result.outcome
+    results = [cancel.Cancelled(r.jid, "stopped") if r.jid in stopped else r for r in results]
+    lines = [result.describe() for result in results]
+    data = {result.jid: result.outcome for result in results}
     missing = [jid for jid, outcome in data.items() if outcome in ("not found", "dead")]
     running = [jid for jid, outcome in data.items() if outcome == "stopping"]
     code = EXIT_NOT_FOUND if missing else EXIT_FAILURE if running else EXIT_OK
