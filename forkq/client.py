@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import redis
@@ -37,6 +37,22 @@ from forkq.errors import EnqueueError
 from forkq.middleware import CLIENT, ClientChain, current_job
 
 _RELATIVE_LIMIT = 1_000_000_000
+
+Sink = Callable[[list[tuple[payloads.Payload, float | None]], float], None]
+"""Where diverted pushes go: ``sink(jobs, now)``, each job a payload (client middleware
+done, not yet encoded) and its ``at`` (None: now)."""
+
+_sink: Sink | None = None
+
+
+def divert(sink: Sink | None) -> Sink | None:
+    """Send every client's pushes to ``sink`` instead of Redis (None: to Redis again);
+    returns the sink it replaces, to restore. The switch of :mod:`forkq.testing`'s modes;
+    nothing else sets it, so a daemon always pushes to Redis."""
+    global _sink
+    previous, _sink = _sink, sink
+    return previous
+
 
 def at_epoch(value: float) -> float:
     """An interval or an epoch → an epoch: values below 1e9 are seconds from now."""
@@ -108,13 +124,17 @@ class Client:
         return self.middleware.run(payload, lambda: payload)
 
     def _send(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> None:
-        """One round trip: ZADD the future jobs; SADD + one LPUSH per queue for the rest.
+        """One round trip: ZADD the future jobs; SADD + one LPUSH per queue for the rest
+        (or, while a testing mode is on, no Redis at all: see :func:`divert`).
 
         Each payload is encoded once, here, before anything is sent (TypeError/ValueError
         for a value JSON cannot carry). Raises :class:`EnqueueError` unless every job's
         command succeeded (the ``queues`` index is best effort: a job whose LPUSH
         succeeded is enqueued)."""
         if not jobs:
+            return
+        if _sink is not None:
+            _sink(jobs, now)
             return
         commands: list[tuple[Any, ...]] = []
         carried: list[list[str]] = []  # the jids each command carries ([] for the index)
