@@ -171,7 +171,11 @@ class Fake(Mode):
         Each job leaves the queue before it runs: when one raises, the exception
         propagates, the jobs before it have run and the others are still here. More than
         ``limit`` jobs to run raises :class:`DrainLimitError` (a job that pushes itself
-        again would otherwise never let the drain end)."""
+        again would otherwise never let the drain end). RuntimeError when this mode is not
+        on: the jobs' own pushes would go elsewhere (to Redis)."""
+        if self not in _modes:
+            raise RuntimeError(f"{self!r} is off: drain() runs jobs only while its fake mode "
+                               "is on (inside its with block, or between start and stop)")
         wanted, ran = _selector(job, queue), 0
         while (entry := self._take(wanted, include_scheduled, room=ran < limit)) is not None:
             payload = entry.payload()

@@ -271,14 +271,19 @@ def test_client_middleware_runs_and_can_stop_a_push() -> None:
 
 # --- server middleware, both modes ---------------------------------------------------
 
-def recording_chain(seen: list[Any]) -> ServerChain:
+def recorder(seen: list[Any]) -> Callable[[JobContext, Callable[[], Any]], Any]:
+    """A server middleware noting each job before it runs and its result after."""
     def around(context: JobContext, call_next: Callable[[], Any]) -> Any:
         seen.append(("before", context.name, context.queue, context.args, context.jid))
         result = call_next()
         seen.append(("after", result))
         return result
 
-    return Chain([around])
+    return around
+
+
+def recording_chain(seen: list[Any]) -> ServerChain:
+    return Chain([recorder(seen)])
 
 
 @pytest.mark.parametrize("mode", [fake, inline])
@@ -296,8 +301,7 @@ def test_server_middleware_wraps_each_job(mode: Callable[..., testing.Mode]) -> 
 
 def test_the_global_server_middleware_is_the_default() -> None:
     seen: list[Any] = []
-    chain = recording_chain(seen)
-    [entry] = chain._entries
+    entry = recorder(seen)
     forkq.server_middleware.add(entry)
     try:
         with testing.fake(registry=REG) as queues:
@@ -402,6 +406,14 @@ def test_pushes_reach_redis_again_after_a_mode(r: redis.Redis) -> None:
     assert r.llen("queue:mail") == 0
     client.push({"class": send_receipt.name, "args": [2], "queue": "mail"})
     assert r.llen("queue:mail") == 1
+
+
+def test_drain_refuses_to_run_once_its_mode_is_off() -> None:
+    with fake() as queues:
+        place_order.perform_async(1, [])
+    with pytest.raises(RuntimeError, match="is off"):
+        queues.drain()
+    assert len(queues.jobs()) == 1 and RAN == []  # still there to look at
 
 
 def test_the_job_argument_must_name_a_job() -> None:
