@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
 
 import redis
 
@@ -38,19 +38,28 @@ from forkq.middleware import CLIENT, ClientChain, current_job
 
 _RELATIVE_LIMIT = 1_000_000_000
 
-Sink = Callable[[list[tuple[payloads.Payload, float | None]], float], None]
-"""Where diverted pushes go: ``sink(jobs, now)``, each job a payload (client middleware
-done, not yet encoded) and its ``at`` (None: now)."""
 
-_sink: Sink | None = None
+class Diversion(Protocol):
+    """What takes the place of Redis while a testing mode is on (see :func:`divert`)."""
+
+    def push(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> None:
+        """Take the jobs of one push: each a payload (client middleware done, not yet
+        encoded) and its ``at`` (None: now)."""
+
+    def cancel_requested(self, jid: str) -> bool:
+        """The answer of :func:`cancel_requested` for ``jid``."""
 
 
-def divert(sink: Sink | None) -> Sink | None:
-    """Send every client's pushes to ``sink`` instead of Redis (None: to Redis again);
-    returns the sink it replaces, to restore. The switch of :mod:`forkq.testing`'s modes;
-    nothing else sets it, so a daemon always pushes to Redis."""
-    global _sink
-    previous, _sink = _sink, sink
+_diversion: Diversion | None = None
+
+
+def divert(diversion: Diversion | None) -> Diversion | None:
+    """Send every client's pushes and :func:`cancel_requested` questions to ``diversion``
+    instead of Redis (None: to Redis again); returns the one it replaces, to restore. The
+    switch of :mod:`forkq.testing`'s modes; nothing else sets it, so a daemon always talks
+    to Redis."""
+    global _diversion
+    previous, _diversion = _diversion, diversion
     return previous
 
 
@@ -133,8 +142,8 @@ class Client:
         succeeded is enqueued)."""
         if not jobs:
             return
-        if _sink is not None:
-            _sink(jobs, now)
+        if _diversion is not None:
+            _diversion.push(jobs, now)
             return
         commands: list[tuple[Any, ...]] = []
         carried: list[list[str]] = []  # the jids each command carries ([] for the index)
@@ -269,6 +278,8 @@ def cancel_requested(jid: str | None = None, *, client: Client | None = None) ->
         if context is None:
             raise ValueError("cancel_requested() outside a job needs the jid")
         jid = context.jid
+    if _diversion is not None:
+        return _diversion.cancel_requested(jid)
     return (client or default()).redis.zscore(keys.CANCELS, jid) is not None
 
 

@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 from forkq import client as clients
 from forkq import payload as payloads
 from forkq.errors import ForkqError
-from forkq.middleware import SERVER, JobContext, ServerChain
+from forkq.middleware import SERVER, JobContext, ServerChain, running
 from forkq.registry import REGISTRY, Registry
 
 DRAIN_LIMIT = 10_000
@@ -52,7 +52,7 @@ re-enqueuing itself (pass ``limit=`` to change it)."""
 
 M = TypeVar("M", bound="Mode")
 
-_modes: list[Mode] = []  # the modes on, innermost last; the client's sink is the last one's
+_modes: list[Mode] = []  # the modes on, innermost last: the last one takes the pushes
 
 
 class DrainLimitError(ForkqError):
@@ -71,13 +71,16 @@ class Mode:
                  middleware: ServerChain = SERVER) -> None:
         self.registry = registry
         self.middleware = middleware
+        self.cancelled: set[str] = set()
+        """Jids for which :func:`forkq.cancel_requested` answers True while this mode is on
+        (what ``forkq cancel`` would make a running job see); empty at first."""
 
     def start(self: M) -> M:
         """Switch this mode on for the whole process; returns it."""
         if self in _modes:
             raise RuntimeError(f"{self!r} is already on")
         _modes.append(self)
-        clients.divert(self._receive)
+        clients.divert(_DIVERSION)
         return self
 
     def stop(self) -> None:
@@ -86,7 +89,8 @@ class Mode:
             raise RuntimeError(f"{self!r} is not the innermost testing mode on: leave modes "
                                "in the reverse order of entering them")
         _modes.pop()
-        clients.divert(_modes[-1]._receive if _modes else None)
+        if not _modes:
+            clients.divert(None)
 
     def __enter__(self: M) -> M:
         return self.start()
@@ -96,18 +100,33 @@ class Mode:
         self.stop()
 
     def _receive(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> None:
-        """Take the jobs of one push (the client's sink)."""
+        """Take the jobs of one push (see :class:`forkq.client.Diversion`)."""
         raise NotImplementedError
 
     def _run(self, payload: payloads.Payload) -> Any:
         """Run one job as a processor does: look its ``class`` up in the registry, then call
         it through the server middleware (a coroutine is run to completion inside the
-        chain). The job's exception propagates."""
+        chain), :func:`forkq.current_job` telling it. The job's exception propagates."""
         spec = self.registry.lookup(payload["class"])
         context = JobContext(payload["class"], payloads.jid(payload),
                              payloads.text_field(payload, "queue") or "default", payload,
                              payload["args"])
-        return self.middleware.run(context, lambda: _complete(spec.call(payload)))
+        with running(context):
+            return self.middleware.run(context, lambda: _complete(spec.call(payload)))
+
+
+class _ToTheInnermostMode:
+    """The client's diversion while any mode is on: the innermost mode takes the pushes and
+    answers :func:`forkq.cancel_requested`."""
+
+    def push(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> None:
+        _modes[-1]._receive(jobs, now)
+
+    def cancel_requested(self, jid: str) -> bool:
+        return jid in _modes[-1].cancelled
+
+
+_DIVERSION = _ToTheInnermostMode()
 
 
 @dataclass(frozen=True)

@@ -31,22 +31,22 @@ from forkq.middleware import Chain, JobContext, ServerChain
 from forkq.registry import Job, Registry, job
 
 REG = Registry()
-RAN: list[tuple[str, Any]] = []
+done: list[tuple[str, Any]] = []
 
 
 @job(registry=REG, queue="mail")
 def send_receipt(order_id: int) -> None:
-    RAN.append(("send_receipt", order_id))
+    done.append(("send_receipt", order_id))
 
 
 @job(registry=REG)
 def follow_up(order_id: int) -> None:
-    RAN.append(("follow_up", order_id))
+    done.append(("follow_up", order_id))
 
 
 @job(registry=REG)
 def place_order(order_id: int, items: list[Any]) -> None:
-    RAN.append(("place_order", items))
+    done.append(("place_order", items))
     send_receipt.perform_async(order_id)
     follow_up.perform_in(3600, order_id)
 
@@ -64,13 +64,13 @@ def again(count: int) -> None:
 @job(registry=REG)
 async def fetch_price(sku: str) -> str:
     await asyncio.sleep(0)
-    RAN.append(("fetch_price", sku))
+    done.append(("fetch_price", sku))
     return sku
 
 
 class Report(Job, registry=REG, queue="low"):
     def perform(self, month: str) -> None:
-        RAN.append(("Report", (month, self.jid)))
+        done.append(("Report", (month, self.jid)))
 
 
 def closed_url() -> str:
@@ -83,10 +83,10 @@ def closed_url() -> str:
 
 @pytest.fixture(autouse=True)
 def nowhere() -> Iterator[str]:
-    """The default client at a closed port; RAN emptied; no mode left on after the test."""
+    """The default client at a closed port; ``done`` emptied; no mode left on after the test."""
     url = closed_url()
     clients.configure(clients.Client(url=url, timeout=1, connect_timeout=1))
-    RAN.clear()
+    done.clear()
     yield url
     clients.configure(None)
     assert testing.active() is None
@@ -129,7 +129,7 @@ def test_args_json_cannot_carry_raise_the_clients_own_error(
         if isinstance(on, testing.Fake):
             assert on.jobs() == [] and on.scheduled() == []
     assert str(raised.value) == str(expected)
-    assert RAN == []
+    assert done == []
 
 
 @pytest.mark.parametrize("mode", [fake, inline])
@@ -141,7 +141,7 @@ def test_a_bulk_push_with_one_bad_job_keeps_and_runs_none(
                 {"class": send_receipt.name, "args": [[1], [{2}], [3]]})
         if isinstance(on, testing.Fake):
             assert on.jobs() == []
-    assert RAN == []
+    assert done == []
 
 
 def test_the_job_gets_what_the_daemon_would_decode() -> None:
@@ -149,7 +149,7 @@ def test_the_job_gets_what_the_daemon_would_decode() -> None:
         place_order.perform_async(1, ("a", "b"))
         assert args_of(queues.jobs(place_order)) == [[1, ["a", "b"]]]
         queues.drain(place_order)
-    assert RAN == [("place_order", ["a", "b"])]  # a list, as after JSON
+    assert done == [("place_order", ["a", "b"])]  # a list, as after JSON
 
 
 # --- fake mode -------------------------------------------------------------------------
@@ -169,7 +169,7 @@ def test_fake_keeps_every_kind_of_push_per_queue_and_per_job() -> None:
         first = queues.jobs()[0]
         assert first["jid"] == jid and first["queue"] == "mail" and "enqueued_at" in first
         assert queues.jobs()[-1]["jid"] == past  # an `at` in the past pushes now
-        assert queues.scheduled() == [] and RAN == []
+        assert queues.scheduled() == [] and done == []
 
 
 def test_clear_drops_what_matches() -> None:
@@ -189,11 +189,11 @@ def test_drain_runs_the_jobs_that_jobs_push_and_leaves_scheduled_ones() -> None:
     with fake() as queues:
         place_order.perform_async(7, ["book"])
         assert queues.drain() == 2
-        assert RAN == [("place_order", ["book"]), ("send_receipt", 7)]
+        assert done == [("place_order", ["book"]), ("send_receipt", 7)]
         assert queues.jobs() == []
         scheduled = queues.scheduled(follow_up)
         assert args_of(scheduled) == [[7]] and scheduled[0]["at"] > time.time() + 3000
-        assert queues.drain() == 0 and RAN[-1] == ("send_receipt", 7)
+        assert queues.drain() == 0 and done[-1] == ("send_receipt", 7)
 
 
 def test_scheduled_jobs_run_only_when_asked_soonest_first() -> None:
@@ -204,7 +204,7 @@ def test_scheduled_jobs_run_only_when_asked_soonest_first() -> None:
         send_receipt.perform_async(0)
         assert args_of(queues.scheduled()) == [[1], [2], [3]]
         assert queues.drain(include_scheduled=True) == 4
-        assert RAN == [("send_receipt", 0), ("follow_up", 1), ("follow_up", 2),
+        assert done == [("send_receipt", 0), ("follow_up", 1), ("follow_up", 2),
                        ("follow_up", 3)]
         assert queues.scheduled() == []
 
@@ -213,7 +213,7 @@ def test_a_drain_with_scheduled_jobs_runs_what_they_schedule_too() -> None:
     with fake() as queues:
         place_order.perform_in(60, 1, [])
         assert queues.drain(include_scheduled=True) == 3
-        assert RAN == [("place_order", []), ("send_receipt", 1), ("follow_up", 1)]
+        assert done == [("place_order", []), ("send_receipt", 1), ("follow_up", 1)]
 
 
 def test_drain_by_job_or_queue_runs_only_those() -> None:
@@ -225,7 +225,7 @@ def test_drain_by_job_or_queue_runs_only_those() -> None:
         assert queues.drain(queue="mail") == 1
         assert args_of(queues.jobs()) == [["m"]]
         assert queues.drain() == 1
-        assert RAN[-1][0] == "Report" and RAN[-1][1][1]  # self.jid is set
+        assert done[-1][0] == "Report" and done[-1][1][1]  # self.jid is set
 
 
 def test_a_failing_job_raises_out_of_drain_and_the_rest_stay() -> None:
@@ -235,7 +235,7 @@ def test_a_failing_job_raises_out_of_drain_and_the_rest_stay() -> None:
         send_receipt.perform_async(2)
         with pytest.raises(RuntimeError, match="boom"):
             queues.drain()
-        assert RAN == [("send_receipt", 1)]
+        assert done == [("send_receipt", 1)]
         assert args_of(queues.jobs()) == [[2]]  # the failed job is gone, the next waits
         assert queues.drain() == 1
 
@@ -320,14 +320,47 @@ def test_inline_runs_at_once_with_the_jobs_it_pushes_scheduled_ones_included() -
     with inline():
         jid = place_order.perform_async(9, ["pen"])
         assert isinstance(jid, str) and len(jid) == 24
-        assert RAN == [("place_order", ["pen"]), ("send_receipt", 9), ("follow_up", 9)]
+        assert done == [("place_order", ["pen"]), ("send_receipt", 9), ("follow_up", 9)]
         forkq.Client().push_bulk({"class": send_receipt.name, "args": [[1], [2]]})
-        assert RAN[-2:] == [("send_receipt", 1), ("send_receipt", 2)]
+        assert done[-2:] == [("send_receipt", 1), ("send_receipt", 2)]
 
 
 def test_inline_raises_the_jobs_exception_from_the_push() -> None:
     with inline(), pytest.raises(RuntimeError, match="inline boom"):
         explode.perform_async("inline boom")
+
+
+# --- what a job can ask while it runs ------------------------------------------------
+
+@job(registry=REG)
+def careful(step_count: int) -> None:
+    context = forkq.current_job()
+    assert context is not None
+    for step in range(step_count):
+        if forkq.cancel_requested():
+            raise forkq.JobCancelledError(f"stopped at step {step}")
+        done.append(("careful", (context.jid, step)))
+
+
+@pytest.mark.parametrize("mode", [fake, inline])
+def test_current_job_and_cancel_requested_answer_without_redis(
+        mode: Callable[[], testing.Mode]) -> None:
+    with mode() as on:
+        jid = careful.perform_async(2)
+        if isinstance(on, testing.Fake):
+            on.drain()
+        assert done == [("careful", (jid, 0)), ("careful", (jid, 1))]
+        assert forkq.current_job() is None  # outside the job again
+
+
+def test_a_jid_in_cancelled_is_seen_as_cancelled() -> None:
+    with fake() as queues:
+        jid = careful.perform_async(2)
+        queues.cancelled.add(jid)
+        assert forkq.cancel_requested(jid) and not forkq.cancel_requested("other")
+        with pytest.raises(forkq.JobCancelledError, match="step 0"):
+            queues.drain()
+    assert done == []
 
 
 # --- async jobs ----------------------------------------------------------------------
@@ -337,9 +370,9 @@ def test_coroutine_jobs_run_to_completion(mode: Callable[[], testing.Mode]) -> N
     with mode() as on:
         fetch_price.perform_async("a")
         if isinstance(on, testing.Fake):
-            assert RAN == []
+            assert done == []
             assert on.drain() == 1
-    assert RAN == [("fetch_price", "a")]
+    assert done == [("fetch_price", "a")]
 
 
 def test_coroutine_jobs_run_from_inside_a_running_loop() -> None:
@@ -351,7 +384,7 @@ def test_coroutine_jobs_run_from_inside_a_running_loop() -> None:
             queues.drain()
 
     asyncio.run(an_async_test())
-    assert RAN == [("fetch_price", "in-loop"), ("fetch_price", "drained-in-loop")]
+    assert done == [("fetch_price", "in-loop"), ("fetch_price", "drained-in-loop")]
 
 
 def test_a_coroutine_jobs_exception_reaches_the_test_from_inside_a_loop() -> None:
@@ -382,7 +415,7 @@ def test_modes_nest_and_restore_in_order(nowhere: str) -> None:
                 outer.stop()
         assert testing.active() is outer
         send_receipt.perform_async(2)
-        assert args_of(outer.jobs()) == [[2]] and RAN == [("send_receipt", 1)]
+        assert args_of(outer.jobs()) == [[2]] and done == [("send_receipt", 1)]
         with pytest.raises(RuntimeError, match="already on"):
             outer.start()
     finally:
@@ -413,7 +446,7 @@ def test_drain_refuses_to_run_once_its_mode_is_off() -> None:
         place_order.perform_async(1, [])
     with pytest.raises(RuntimeError, match="is off"):
         queues.drain()
-    assert len(queues.jobs()) == 1 and RAN == []  # still there to look at
+    assert len(queues.jobs()) == 1 and done == []  # still there to look at
 
 
 def test_the_job_argument_must_name_a_job() -> None:
@@ -530,9 +563,9 @@ def test_a_users_test_file_passes_with_the_fixtures_and_no_redis(tmp_path: Path)
     env = {name: value for name, value in os.environ.items()
            if not name.startswith(("PYTEST_", "FORKQ_"))}
     env.update(REDIS_URL=url, FORKQ_REDIS_URL=url, FORKQ_CLIENT_CONNECT_TIMEOUT="2")
-    done = subprocess.run(
+    user_run = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "test_shop.py"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    report = done.stdout + done.stderr
-    assert done.returncode == 0, report
+    report = user_run.stdout + user_run.stderr
+    assert user_run.returncode == 0, report
     assert "9 passed" in report, report
