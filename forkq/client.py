@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import redis
 
@@ -37,6 +37,31 @@ from forkq.errors import EnqueueError
 from forkq.middleware import CLIENT, ClientChain, current_job
 
 _RELATIVE_LIMIT = 1_000_000_000
+
+
+class Diversion(Protocol):
+    """What takes the place of Redis while a testing mode is on (see :func:`divert`)."""
+
+    def push(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> None:
+        """Take the jobs of one push: each a payload (client middleware done, not yet
+        encoded) and its ``at`` (None: now)."""
+
+    def cancel_requested(self, jid: str) -> bool:
+        """The answer of :func:`cancel_requested` for ``jid``."""
+
+
+_diversion: Diversion | None = None
+
+
+def divert(diversion: Diversion | None) -> Diversion | None:
+    """Send every client's pushes and :func:`cancel_requested` questions to ``diversion``
+    instead of Redis (None: to Redis again); returns the one it replaces, to restore. The
+    switch of :mod:`forkq.testing`'s modes; nothing else sets it, so a daemon always talks
+    to Redis."""
+    global _diversion
+    previous, _diversion = _diversion, diversion
+    return previous
+
 
 def at_epoch(value: float) -> float:
     """An interval or an epoch → an epoch: values below 1e9 are seconds from now."""
@@ -108,13 +133,17 @@ class Client:
         return self.middleware.run(payload, lambda: payload)
 
     def _send(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> None:
-        """One round trip: ZADD the future jobs; SADD + one LPUSH per queue for the rest.
+        """One round trip: ZADD the future jobs; SADD + one LPUSH per queue for the rest
+        (or, while a testing mode is on, no Redis at all: see :func:`divert`).
 
         Each payload is encoded once, here, before anything is sent (TypeError/ValueError
         for a value JSON cannot carry). Raises :class:`EnqueueError` unless every job's
         command succeeded (the ``queues`` index is best effort: a job whose LPUSH
         succeeded is enqueued)."""
         if not jobs:
+            return
+        if _diversion is not None:
+            _diversion.push(jobs, now)
             return
         commands: list[tuple[Any, ...]] = []
         carried: list[list[str]] = []  # the jids each command carries ([] for the index)
@@ -249,6 +278,8 @@ def cancel_requested(jid: str | None = None, *, client: Client | None = None) ->
         if context is None:
             raise ValueError("cancel_requested() outside a job needs the jid")
         jid = context.jid
+    if _diversion is not None:
+        return _diversion.cancel_requested(jid)
     return (client or default()).redis.zscore(keys.CANCELS, jid) is not None
 
 
