@@ -154,9 +154,12 @@ def _operator_parsers(commands: Any) -> None:
     for name, verb in SIGNAL_COMMANDS.items():
         _signal_parser(commands.add_parser(name, parents=[common], help=f"ask processes to "
                                            f"{verb} (Sidekiq's remote signal)"))
-    queues = commands.add_parser("queues", parents=[common], help="list, show or clear queues")
-    queues.add_argument("action", nargs="?", default="list", choices=("list", "jobs", "clear"))
-    queues.add_argument("name", nargs="?", metavar="NAME", help="the queue (jobs, clear)")
+    queues = commands.add_parser("queues", parents=[common],
+                                 help="list, show, clear, pause or resume queues")
+    queues.add_argument("action", nargs="?", default="list",
+                        choices=("list", "jobs", "clear", "pause", "resume"))
+    queues.add_argument("name", nargs="?", metavar="NAME",
+                        help="the queue (jobs, clear, pause, resume)")
     _limit_flag(queues)
     queues.set_defaults(func=_operator)
     for name, what in (("retries", "failed jobs awaiting a retry"),

@@ -41,6 +41,8 @@ forkq's own keys:
 - ``forkq:result:<jid>`` — list of one JSON document, the job's ``result_ttl`` — the
   result of a job that asked for one: ``{"value": …}`` or ``{"error_class", "error_message"}``
   (:mod:`forkq.results`)
+- ``forkq:paused`` — set, no TTL — queue names paused across the cluster (skipped by every
+  forkq processor's fetch until resumed)
 - ``forkq:cancels`` — zset, no TTL — jobs whose cancellation was asked while they ran:
   jid → the epoch the request stands until (1 h); written by ``forkq cancel``, watched by
   every master, removed when carried out
@@ -148,6 +150,15 @@ def signals(identity: str) -> str:
 def beats(identity: str) -> str:
     """The hash where the children of a process write their heartbeats."""
     return f"forkq:beats:{identity}"
+
+
+WAITER_PREFIX = "forkq-wait:"
+"""Client names of processors' connections blocked waiting for a job (a BLMOVE): followed by
+the in-flight list they move into."""
+
+PAUSED = "forkq:paused"
+"""set, no TTL — names of the queues paused across the cluster: every forkq processor's fetch
+skips them (fetch.lua) until they are resumed (``forkq queues pause|resume NAME``)."""
 
 
 def result(jid: str) -> str:

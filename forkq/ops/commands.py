@@ -88,7 +88,12 @@ def status(client: redis.Redis, args: argparse.Namespace) -> Outcome:
     live = processes.live()
     work = processes.work(live)
     stats = Stats.read(client, now)
-    queues = _queue_rows(stats)
+    errors: list[str] = []
+    try:
+        paused = Queue.paused_names(client)
+    except ForkqError as exc:  # the rest of the view still shows
+        paused, errors = set(), [f"note: {exc}"]
+    queues = _queue_rows(stats, paused)
     data = {"processes": [p.summary() for p in live], "busy": [w.summary() for w in work],
             "queues": queues, "stats": stats.summary()}
     capacity = sum(p.concurrency for p in live)
@@ -104,7 +109,7 @@ def status(client: redis.Redis, args: argparse.Namespace) -> Outcome:
             [[stats.processed, stats.failed, stats.enqueued, stats.scheduled_size,
               stats.retry_size, stats.dead_size, f"{stats.workers_size}/{capacity}"]]),
     ])
-    return Outcome(data, text)
+    return Outcome(data, text, EXIT_OK, errors)
 
 
 def _work_table(work: list[Work], now: float) -> str:
@@ -114,15 +119,16 @@ def _work_table(work: list[Work], now: float) -> str:
           tables.seconds(now - w.run_at)] for w in work])
 
 
-def _queue_rows(stats: Stats) -> list[dict[str, Any]]:
-    """``{name, size, latency}`` per listed queue."""
-    return [{"name": name, "size": size, "latency": stats.latencies[name]}
-            for name, size in stats.queues.items()]
+def _queue_rows(stats: Stats, paused: set[str]) -> list[dict[str, Any]]:
+    """``{name, size, latency, paused}`` per listed queue."""
+    return [{"name": name, "size": size, "latency": stats.latencies[name],
+             "paused": name in paused} for name, size in stats.queues.items()]
 
 
 def _queue_table(rows: list[dict[str, Any]]) -> str:
-    return tables.table(["NAME", "SIZE", "LATENCY"],
-                        [[q["name"], q["size"], tables.seconds(q["latency"])] for q in rows])
+    return tables.table(["NAME", "SIZE", "LATENCY", "PAUSED"],
+                        [[q["name"], q["size"], tables.seconds(q["latency"]),
+                          "paused" if q["paused"] else ""] for q in rows])
 
 
 # --- quiet / stop / dump / reload --------------------------------------------------------------
@@ -169,15 +175,18 @@ def signal_processes(action: str) -> Command:
 
 
 def queues(client: redis.Redis, args: argparse.Namespace) -> Outcome:
-    """``queues [list]``, ``queues jobs NAME``, ``queues clear NAME``."""
+    """``queues [list]``, ``queues jobs NAME``, ``queues clear NAME``, ``queues pause|resume
+    NAME`` (a queue with no jobs yet may be paused)."""
     if args.action == "list":
         if args.name:
             return failed(EXIT_USAGE, "queues list takes no NAME (use: forkq queues jobs NAME)")
-        rows = _queue_rows(Stats.read(client))
+        rows = _queue_rows(Stats.read(client), Queue.paused_names(client))
         return Outcome({"queues": rows}, _queue_table(rows))
     if not args.name:
         return failed(EXIT_USAGE, f"queues {args.action} needs a queue NAME")
     queue = Queue(client, args.name)
+    if args.action in ("pause", "resume"):
+        return _pause(queue, args.action)
     if not queue.exists():
         known = ", ".join(q.name for q in Queue.all(client)) or "none"
         return failed(EXIT_NOT_FOUND, f"no queue {args.name!r} (known: {known})",
@@ -193,6 +202,15 @@ def queues(client: redis.Redis, args: argparse.Namespace) -> Outcome:
         tables.table(["JID", "CLASS", "ARGS", "ENQUEUED"],
                      [[j.jid, j.klass, tables.short(json.dumps(j.args)),
                        tables.moment(j.enqueued_at, now)] for j in jobs]))
+
+
+def _pause(queue: Queue, action: str) -> Outcome:
+    changed = queue.pause() if action == "pause" else queue.resume()
+    state = "paused" if action == "pause" else "resumed"
+    note = "" if changed else f" (it was {'paused' if action == 'pause' else 'not paused'})"
+    unknown = "" if queue.exists() else "; no such queue yet"
+    return Outcome({"queue": queue.name, state: changed},
+                   f"{state} queue {queue.name}{note}{unknown}")
 
 
 # --- retries / dead / scheduled -----------------------------------------------------------------

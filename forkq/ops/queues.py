@@ -1,13 +1,17 @@
-"""The operator's view of queues: :class:`Queue` (size, latency, jobs, find, delete, clear).
+"""The operator's view of queues: :class:`Queue` (size, latency, jobs, find, delete, clear,
+pause and resume).
 
 Same keys and semantics as Sidekiq's ``Sidekiq::Queue`` (api.rb): the names in
 ``queues``, jobs in ``queue:<name>`` with the oldest at the right end. Latency is
 now minus the oldest job's ``enqueued_at``. Deleting matches the raw bytes
-(``LREM 1``); clearing unlinks the list and leaves ``queues`` in one MULTI.
+(``LREM 1``); clearing unlinks the list and leaves ``queues`` in one MULTI. Pausing is
+forkq's own (``forkq:paused``, read by every forkq processor's fetch); Sidekiq processes
+sharing the server do not know it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 
@@ -15,6 +19,7 @@ import redis
 
 from forkq import keys
 from forkq.connection import raw, text
+from forkq.errors import ForkqError
 from forkq.ops.records import JobRecord
 
 PAGE = 50
@@ -27,6 +32,14 @@ class Queue:
         self.redis = client
         self.name = name
         self.key = keys.queue(name)
+
+    @staticmethod
+    def paused_names(client: redis.Redis) -> set[str]:
+        """The names of the paused queues; ForkqError naming the key when it is no set."""
+        try:
+            return {text(name) for name in client.smembers(keys.PAUSED)}
+        except redis.ResponseError as exc:
+            raise ForkqError(f"key {keys.PAUSED!r} is not a set of queue names: {exc}") from None
 
     @classmethod
     def all(cls, client: redis.Redis) -> list[Queue]:
@@ -75,6 +88,26 @@ class Queue:
     def delete(self, job: JobRecord) -> bool:
         """Remove that job (by its raw bytes); False if it is no longer there."""
         return int(self.redis.lrem(self.key, 1, job.raw)) > 0  # type: ignore[arg-type]
+
+    def pause(self) -> bool:
+        """Pause the queue across the cluster: every forkq processor's fetch skips it until
+        :meth:`resume` (jobs still go in). True if it was not paused yet. Processors blocked
+        waiting for a job are woken (``CLIENT UNBLOCK``), so none takes one more from it; a
+        server that refuses that leaves them to notice within 2 s."""
+        added = bool(self.redis.sadd(keys.PAUSED, self.name))
+        with contextlib.suppress(redis.ResponseError):
+            for entry in self.redis.client_list(_type="normal"):
+                if str(entry.get("name", "")).startswith(keys.WAITER_PREFIX):
+                    self.redis.client_unblock(int(entry["id"]))
+        return added
+
+    def resume(self) -> bool:
+        """Let processors fetch from it again (idle ones notice at once: they watch the
+        paused set, or within 2 s). True if it was paused."""
+        return bool(self.redis.srem(keys.PAUSED, self.name))
+
+    def is_paused(self) -> bool:
+        return bool(self.redis.sismember(keys.PAUSED, self.name))
 
     def clear(self) -> int:
         """Drop every job and unlist the queue; returns how many jobs were dropped."""

@@ -5,24 +5,28 @@
 --           processor runs them (the first pair is the job running or next to run)
 -- KEYS[2]   stat:processed            KEYS[3]  stat:processed:<UTC date>
 -- KEYS[4]   forkq:inflight, the registry of in-flight lists
--- KEYS[5..] the queue:<name> lists this processor fetches from
+-- KEYS[5]   forkq:paused, the names of the queues paused across the cluster: skipped here
+--           (a key of another type pauses nothing and is reported as skipped, below)
+-- KEYS[6..] the queue:<name> lists this processor fetches from
 -- ARGV[1]   the last job the processor completed, or "" for none: if KEYS[1]'s pair number
 --           ARGV[6] holds exactly that job, remove the first ARGV[6] pairs (the jobs it
 --           completed, in order) and count them processed
 -- ARGV[2]   "1": then fetch; "0": acknowledge only
 -- ARGV[3]   TTL in seconds of the daily stat key
--- ARGV[4]   "1": when nothing was found and no queue key was skipped, arm KEYS[1] for a
---           blocking move from KEYS[5]: KEYS[1] becomes {KEYS[5]} (registered), so that
---           BLMOVE KEYS[5] KEYS[1] RIGHT RIGHT makes it {queue key, job} in one step
+-- ARGV[4]   "1": when nothing was found, no queue key was skipped and KEYS[6] is not paused,
+--           arm KEYS[1] for a blocking move from KEYS[6]: KEYS[1] becomes {KEYS[6]}
+--           (registered), so that BLMOVE KEYS[6] KEYS[1] RIGHT RIGHT makes it
+--           {queue key, job} in one step
 -- ARGV[5]  the depth from which a queue counts as deep (fetch_batch x concurrency)
 -- ARGV[6]  how many jobs the acknowledgement covers (1 unless a batch was held)
 -- ARGV[7..] one queue order per job that may be taken (at most fetch_batch of them): the
---           1-based indexes into KEYS[5..] to try, comma-separated ("2,1,3"), drawn by the
+--           1-based indexes into KEYS[6..] to try, comma-separated ("2,1,3"), drawn by the
 --           caller (weighted shuffle or strict order) for that job
 --
 -- Returns {n, queue key 1, job 1, ..., queue key n, job n} of the jobs now held (n = 0 when
 -- none), followed by a pair {key, type} for each queue key skipped because it holds another
--- type than a list (reported by the caller; the other queues keep flowing). {} is nothing
+-- type than a list, or KEYS[5] when it is no set (reported by the caller; the other queues
+-- keep flowing), or {KEYS[6], "paused"} when asked to arm for a paused queue (not armed). {} is nothing
 -- at all. Refuses, changing nothing but the acknowledgement, when KEYS[1] is not a list or
 -- KEYS[4] not a set. Its first write is a delete (the ack, or clearing KEYS[1] before a
 -- fetch), so Redis at maxmemory with noeviction still lets a fetch through.
@@ -64,13 +68,25 @@ if #held >= 2 then
 end
 redis.call("DEL", KEYS[1])  -- empty, armed, or a stray element no fetch wrote
 local taken, skipped, kinds = {}, {}, {}
+local paused = {}  -- queue key -> true for a paused queue
+local pause_kind = redis.call("TYPE", KEYS[5])["ok"]
+if pause_kind == "set" then
+  for i = 6, #KEYS do
+    if redis.call("SISMEMBER", KEYS[5], string.sub(KEYS[i], 7)) == 1 then
+      paused[KEYS[i]] = true
+    end
+  end
+elseif pause_kind ~= "none" then
+  skipped[1] = KEYS[5]
+  kinds[KEYS[5]] = pause_kind
+end
 local orders = #ARGV - 6
 local deep = tonumber(ARGV[5])
 for k = 1, orders do
   local got = false
   for index in string.gmatch(ARGV[6 + k], "%d+") do
-    local queue = KEYS[4 + tonumber(index)]
-    if queue and not kinds[queue] then
+    local queue = KEYS[5 + tonumber(index)]
+    if queue and not kinds[queue] and not paused[queue] then
       -- the first job is popped at once; a further one only from a deep queue
       local length = k == 1 and 1 or redis.pcall("LLEN", queue)
       local job = k == 1 and redis.pcall("RPOP", queue)
@@ -96,8 +112,10 @@ if #taken > 0 then
   redis.call("RPUSH", KEYS[1], unpack(taken))
   redis.call("SADD", KEYS[4], KEYS[1])
 elseif #skipped == 0 then
-  if ARGV[4] == "1" then
-    redis.call("RPUSH", KEYS[1], KEYS[5])
+  if ARGV[4] == "1" and paused[KEYS[6]] then
+    return {0, KEYS[6], "paused"}  -- not armed: the processor polls until it is resumed
+  elseif ARGV[4] == "1" then
+    redis.call("RPUSH", KEYS[1], KEYS[6])
     redis.call("SADD", KEYS[4], KEYS[1])
   end
   return {}

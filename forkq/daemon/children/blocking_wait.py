@@ -26,7 +26,9 @@ from typing import Any
 
 import redis
 
-NAME_PREFIX = "forkq-wait:"
+from forkq import keys
+
+NAME_PREFIX = keys.WAITER_PREFIX
 WAKE = object()
 """What :meth:`BlockingWait.wait` returns when the wake pipe became readable."""
 

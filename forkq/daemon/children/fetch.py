@@ -13,7 +13,8 @@ failure (:mod:`forkq.daemon.children.failures`), given back or requeued
 (:mod:`forkq.daemon.held_jobs`). A deep queue costs a processor one round trip per batch.
 
 Keys: ``queue:<name>``, ``forkq:inflight:<identity>:<pid>``, ``forkq:inflight``,
-``stat:processed`` and its daily key.
+``stat:processed`` and its daily key, ``forkq:paused`` (queues paused across the cluster are
+skipped, in the script: no extra round trip).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 from forkq import keys
 from forkq.connection import Direct, text
+from forkq.daemon.refusal import Recurring
 from forkq.scripts import script
 
 Queues = Sequence[tuple[str, int]]
@@ -65,6 +67,7 @@ class Fetch:
 
     jobs: list[Fetched]
     skipped: list[tuple[str, str]]
+    paused: bool = False  # asked to arm for a blocking move, but the queue is paused
 
 
 NOTHING = Fetch([], [])
@@ -145,11 +148,27 @@ class Fetcher:
         held, rest = result[1:1 + 2 * count], result[1 + 2 * count:]
         jobs = [Fetched(keys.queue_name(text(held[i])), held[i + 1])
                 for i in range(0, len(held), 2)]
-        return Fetch(jobs, [(text(rest[i]), text(rest[i + 1])) for i in range(0, len(rest), 2)])
+        pairs = [(text(rest[i]), text(rest[i + 1])) for i in range(0, len(rest), 2)]
+        skipped = [(key, kind) for key, kind in pairs if kind != "paused"]
+        return Fetch(jobs, skipped, paused=len(skipped) < len(pairs))
 
     def close(self) -> None:
         """Drop the fetch connection."""
         self._direct.close()
+
+
+def report_skipped(recurring: Recurring, skipped: list[tuple[str, str]]) -> None:
+    """Log each key a fetch skipped (once a minute per key), and once when it is fetched
+    from again: a queue key of another type than a list, or a paused-queues key that is no
+    set (nothing is paused then)."""
+    for key, kind in skipped:
+        if key == keys.PAUSED:
+            recurring.report(key, "key %r holds a %s, not a set; no queue is paused", key, kind)
+        else:
+            recurring.report(key, "queue key %r holds a %s, not a list; skipped (the other "
+                             "queues keep flowing)", key, kind)
+    for key in set(recurring.subjects) - {key for key, _ in skipped}:
+        recurring.clear(key, "key %r is read again", key)
 
 
 def acknowledge(client: Any, inflight_key: str, *, last: bytes, count: int) -> None:
@@ -163,8 +182,8 @@ def acknowledge(client: Any, inflight_key: str, *, last: bytes, count: int) -> N
 
 
 def _script_keys(inflight_key: str, daily: str) -> list[str]:
-    """fetch.lua's KEYS[1..4] (the queue keys follow)."""
-    return [inflight_key, keys.STAT_PROCESSED, daily, keys.INFLIGHT_REGISTRY]
+    """fetch.lua's KEYS[1..5] (the queue keys follow)."""
+    return [inflight_key, keys.STAT_PROCESSED, daily, keys.INFLIGHT_REGISTRY, keys.PAUSED]
 
 
 def _script_args(ack: bytes | None, acked: int, *, fetch: bool, arm: bool, deep: str,

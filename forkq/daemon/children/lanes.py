@@ -41,10 +41,10 @@ from forkq.config import Config
 from forkq.daemon import child_process
 from forkq.daemon.child_process import STOP_SIGNAL
 from forkq.daemon.children import coroutines, failures, job_run
-from forkq.daemon.children.fetch import Fetcher
-from forkq.daemon.children.queuewatch import QueueWatch
+from forkq.daemon.children.fetch import Fetcher, report_skipped
+from forkq.daemon.children.queuewatch import QUEUE_WATCH, QueueWatch
 from forkq.daemon.outage import Outage
-from forkq.daemon.refusal import is_refusal
+from forkq.daemon.refusal import Recurring, is_refusal
 from forkq.errors import EXIT_CHILD_BOOT
 from forkq.middleware import ServerChain
 from forkq.registry import Registry
@@ -123,6 +123,7 @@ class Lanes:
         self._memory_checked = 0.0
         self._parent_checked = 0.0
         self._outage = Outage(log)  # one report per outage, not one per lane
+        self._skipped = Recurring(log)  # keys the fetches skip (a queue of another type)
 
     def run(self) -> int:
         """Set up, run the lanes until told to stop, let them settle; the exit code."""
@@ -169,7 +170,7 @@ class Lanes:
             for number, key in enumerate(keys.inflight_lanes(self.identity, pid,
                                                              self.config.async_concurrency))]
         self._doorbell = Doorbell()
-        self._watch = QueueWatch(self.redis)
+        self._watch = QueueWatch(self.redis, prefixes=QUEUE_WATCH)
         self._loop = coroutines.LoopThread()
         self._runs = job_run.Runs(self.registry, self.middleware, self._loop.run,
                                   max_retries=self.config.max_retries,
@@ -232,6 +233,8 @@ class Lanes:
         self._file(lane)
         found = lane.fetcher.ack_and_fetch(ack=lane.ack, fetch=not self.stopping)
         lane.ack = None
+        with self._lock:
+            report_skipped(self._skipped, found.skipped)
         if not found.jobs:
             if not self.stopping:
                 self._doorbell.wait()

@@ -50,8 +50,8 @@ from forkq.daemon import child_process
 from forkq.daemon.child_process import STOP_SIGNAL
 from forkq.daemon.children import coroutines, failures, job_run
 from forkq.daemon.children.blocking_wait import WAKE, BlockingWait
-from forkq.daemon.children.fetch import Fetched, Fetcher
-from forkq.daemon.children.queuewatch import QueueWatch
+from forkq.daemon.children.fetch import Fetched, Fetcher, report_skipped
+from forkq.daemon.children.queuewatch import QUEUE_WATCH, QueueWatch
 from forkq.daemon.outage import Outage
 from forkq.daemon.progress import Progress
 from forkq.daemon.refusal import Recurring, is_refusal
@@ -158,7 +158,7 @@ class Processor:
         single = self._fetcher.single_queue
         self._blocking = BlockingWait(self.redis, self.inflight_key, single) if single else None
         self._single = keys.queue_name(single or "")  # the queue a blocking move takes from
-        self._watch = QueueWatch(self.redis)
+        self._watch = QueueWatch(self.redis, prefixes=QUEUE_WATCH)
         self._loop = coroutines.EventLoop()
         self._runs = job_run.Runs(self.registry, self.middleware, self._loop.run,
                                   max_retries=self.config.max_retries,
@@ -295,8 +295,8 @@ class Processor:
         found = self._fetcher.ack_and_fetch(ack=self._ack_pending, fetch=fetch, arm=arm,
                                             acked=max(self._done, 1))
         self._ack_pending, self._done = None, 0
-        self._report_skipped(found.skipped)
-        self._armed = arm and not found.jobs and not found.skipped
+        report_skipped(self._skipped, found.skipped)
+        self._armed = arm and not found.jobs and not found.skipped and not found.paused
         if not found.jobs:
             return None
         if self._blocking is None:
@@ -306,14 +306,6 @@ class Processor:
         with self._held_lock:
             self._held.extend(found.jobs[1:])
         return found.jobs[0]
-
-    def _report_skipped(self, skipped: list[tuple[str, str]]) -> None:
-        """Log each queue key the fetch skipped (once a minute), and when it is a list again."""
-        for key, kind in skipped:
-            self._skipped.report(key, "queue key %r holds a %s, not a list; skipped (the other "
-                                 "queues keep flowing)", key, kind)
-        for key in set(self._skipped.subjects) - {key for key, _ in skipped}:
-            self._skipped.clear(key, "queue key %r is fetched from again", key)
 
     def _execute(self, fetched: Fetched) -> None:
         failure = job_run.run(fetched, self._runs, self._show)

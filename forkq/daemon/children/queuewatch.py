@@ -32,6 +32,8 @@ import redis
 log = logging.getLogger(__name__)
 
 POLL_INTERVAL = 0.5
+QUEUE_WATCH = ("queue:", "forkq:paused")
+"""What an idle processor watches: every queue, and the paused-queues set (a resume)."""
 CHANNEL = "__redis__:invalidate"
 
 
