@@ -49,6 +49,9 @@ class Diversion(Protocol):
     def cancel_requested(self, jid: str) -> bool:
         """The answer of :func:`cancel_requested` for ``jid``."""
 
+    def result(self, jid: str) -> Any:
+        """The answer of :func:`result` for ``jid`` (it does not wait)."""
+
 
 _diversion: Diversion | None = None
 
@@ -288,6 +291,8 @@ def result(jid: str, *, timeout: float | None = None, client: Client | None = No
     (see :mod:`forkq.results`). Blocks on the server (no polling) up to ``timeout`` seconds
     (None: for ever); raises :class:`~forkq.errors.JobFailedError` when the job failed for
     good, :class:`~forkq.errors.ResultTimeoutError` when nothing came in time."""
+    if _diversion is not None:
+        return _diversion.result(jid)
     from forkq import results  # the client side loads it only when results are used
 
     return results.wait((client or default()).redis, jid, timeout)

@@ -23,6 +23,10 @@ A job's exception propagates to the test, unchanged: no retry, no dead set, no
 asyncio event loop (in a thread of its own when the caller is inside a running loop, as
 an async test is).
 
+:func:`forkq.result` answers from the mode (:attr:`Mode.results`) without waiting: the value
+a job with ``result_ttl`` returned when it ran here (its JSON round trip), else
+:class:`~forkq.errors.ResultTimeoutError` at once.
+
 The mode is process-global (every thread's pushes), switched by
 :func:`forkq.client.divert`, which only this module calls. Modes nest: leaving one
 restores the one that was on before it; they must be left in the reverse order. A daemon
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -42,9 +47,10 @@ from typing import Any, TypeVar
 
 from forkq import client as clients
 from forkq import payload as payloads
-from forkq.errors import ForkqError
+from forkq.errors import ForkqError, JobFailedError, ResultTimeoutError
 from forkq.middleware import SERVER, JobContext, ServerChain, running
 from forkq.registry import REGISTRY, Registry
+from forkq.results import ttl_of
 
 DRAIN_LIMIT = 10_000
 """How many jobs one :meth:`Fake.drain` runs before it decides that a job keeps
@@ -74,6 +80,10 @@ class Mode:
         self.cancelled: set[str] = set()
         """Jids for which :func:`forkq.cancel_requested` answers True while this mode is on
         (what ``forkq cancel`` would make a running job see); empty at first."""
+        self.results: dict[str, Any] = {}
+        """What :func:`forkq.result` answers: the JSON round trip of the value each job with
+        ``result_ttl`` returned when it ran in this mode (a value JSON cannot carry is kept
+        as the :class:`~forkq.errors.JobFailedError` production would raise)."""
 
     def start(self: M) -> M:
         """Switch this mode on for the whole process; returns it."""
@@ -112,7 +122,10 @@ class Mode:
                              payloads.text_field(payload, "queue") or "default", payload,
                              payload["args"])
         with running(context):
-            return self.middleware.run(context, lambda: _complete(spec.call(payload)))
+            value = self.middleware.run(context, lambda: _complete(spec.call(payload)))
+        if ttl_of(payload):
+            self.results[context.jid] = _kept(context.jid, value)
+        return value
 
 
 class _ToTheInnermostMode:
@@ -124,6 +137,28 @@ class _ToTheInnermostMode:
 
     def cancel_requested(self, jid: str) -> bool:
         return jid in _modes[-1].cancelled
+
+    def result(self, jid: str) -> Any:
+        found = _modes[-1].results.get(jid, _MISSING)
+        if found is _MISSING:
+            raise ResultTimeoutError(f"no result for job {jid}: in a testing mode a job's result "
+                                     "exists once the job ran (drain() it in fake mode)")
+        if isinstance(found, JobFailedError):
+            raise found
+        return found
+
+
+_MISSING = object()
+
+
+def _kept(jid: str, value: Any) -> Any:
+    """``value`` as :func:`forkq.result` would give it back (a JSON round trip), or the
+    failure production keeps for a value JSON cannot carry."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError, RecursionError) as exc:
+        return JobFailedError(jid, "TypeError",
+                              f"the job's return value cannot be stored as JSON: {exc}")
 
 
 _DIVERSION = _ToTheInnermostMode()

@@ -569,3 +569,20 @@ def test_a_users_test_file_passes_with_the_fixtures_and_no_redis(tmp_path: Path)
     report = user_run.stdout + user_run.stderr
     assert user_run.returncode == 0, report
     assert "9 passed" in report, report
+
+
+def test_result_answers_from_the_mode_once_the_job_ran() -> None:
+    from . import jobs  # registers the test jobs (as the daemon's require does)
+
+    with testing.fake() as mode:
+        jid = str(jobs.answer.perform_async(5))
+        with pytest.raises(forkq.ResultTimeoutError, match="drain"):
+            forkq.result(jid)
+        mode.drain()
+        assert forkq.result(jid) == {"double": 10}
+        unstorable = str(jobs.answer_set.perform_async())
+        mode.drain()
+        with pytest.raises(forkq.JobFailedError, match="cannot be stored as JSON"):
+            forkq.result(unstorable)
+    with testing.inline():
+        assert forkq.result(str(jobs.answer_async.perform_async(3))) == [3, 3]
