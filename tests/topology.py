@@ -8,7 +8,6 @@ server and a client certificate with ``openssl``. Nothing here looks a process u
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -245,8 +244,3 @@ def wait_seconds(condition: Any, timeout: float) -> float:
     started = time.monotonic()
     assert wait_for(condition, timeout, interval=0.02), "timed out"
     return time.monotonic() - started
-
-
-def environment_has_openssl() -> bool:
-    """True when the ``openssl`` command is on PATH."""
-    return shutil.which("openssl") is not None or os.path.exists("/usr/bin/openssl")
