@@ -23,8 +23,10 @@ reuse a connection across a pid change.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import redis
@@ -130,31 +132,69 @@ ROLE_CHANGED = "UNBLOCKED"  # Redis ends blocked commands so when a master becom
 
 
 class FollowsMaster:
-    """Connection mixin: ``READONLY`` or ``UNBLOCKED`` drop the connection and raise
-    :class:`MasterLost`, so the next connection looks for the master again; a command sent
-    on a closed connection connects through :meth:`connect` (redis-py's own send path
-    bypasses it, and a Sentinel connection would then reach its last or default address,
-    localhost:6379, instead of asking the sentinels)."""
+    """Connection mixin: the server must be the master.
+
+    A new connection asks ``ROLE`` before its first command and drops itself with
+    :class:`MasterLost` when the server is a replica (a server that refuses ``ROLE``, an
+    ACL without it, is taken at its word); ``READONLY`` or ``UNBLOCKED`` replies do the
+    same later. So a process whose server became a replica stays in one outage (reads
+    would otherwise end it and the next write start another) until a master answers.
+    A command sent on a closed connection connects through :meth:`connect` (redis-py's
+    own send path bypasses it, and a Sentinel connection would then reach its last or
+    default address, localhost:6379, instead of asking the sentinels)."""
+
+    _verified: object = None  # the socket ROLE was checked on
+    _handshaking = False  # AUTH, SELECT, CLIENT SETNAME... come before ROLE
+
+    def on_connect(self) -> None:
+        with self._handshake():
+            super().on_connect()  # type: ignore[misc]
+
+    def on_connect_check_health(self, *args: Any, **kwargs: Any) -> None:
+        with self._handshake():
+            super().on_connect_check_health(*args, **kwargs)  # type: ignore[misc]
+
+    @contextlib.contextmanager
+    def _handshake(self) -> Iterator[None]:
+        before, self._handshaking = self._handshaking, True
+        try:
+            yield
+        finally:
+            self._handshaking = before
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        if getattr(self, "_sock", None) is None:
-            self.connect()  # type: ignore[attr-defined]
+        me: Any = self
+        if getattr(me, "_sock", None) is None:
+            me.connect()
+        if not self._handshaking and self._verified is not me._sock:
+            self._verified = me._sock
+            self._check_role()
         super().send_packed_command(command, check_health)  # type: ignore[misc]
+
+    def _check_role(self) -> None:
+        me: Any = self
+        try:
+            super().send_packed_command(me.pack_command("ROLE"), False)  # type: ignore[misc]
+            reply = super().read_response()  # type: ignore[misc]
+        except redis.ResponseError:
+            return
+        role = text(reply[0]) if isinstance(reply, list) and reply else "master"
+        if role != "master":
+            self._lost(f"the server is a replica (ROLE {role})")
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().read_response(*args, **kwargs)  # type: ignore[misc]
         except redis.exceptions.ReadOnlyError as exc:
-            self._lost(exc)
+            self._lost(f"READONLY {exc}", exc)
         except redis.ResponseError as exc:
             if not str(exc).startswith(ROLE_CHANGED):
                 raise
-            self._lost(exc)
+            self._lost(str(exc), exc)
 
-    def _lost(self, exc: Exception) -> NoReturn:
+    def _lost(self, why: str, cause: Exception | None = None) -> NoReturn:
         self.disconnect()  # type: ignore[attr-defined]
-        raise MasterLost(f"{exc} (the server is no longer the master: a failover? "
-                         "reconnecting)") from exc
+        raise MasterLost(f"{why} (no longer the master: a failover? reconnecting)") from cause
 
 
 class MasterConnection(FollowsMaster, redis.Connection):

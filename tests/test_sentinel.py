@@ -28,6 +28,7 @@ from .topology import (
     PASSWORD,
     SENTINEL_PASSWORD,
     SERVICE,
+    Node,
     SentinelGroup,
     sentinel_group,
     wait_new_master,
@@ -175,3 +176,40 @@ def test_sentinel_urls_serve_the_daemon_the_cli_and_the_client(
         assert json.loads(status.stdout)["processes"][0]["concurrency"] == CONCURRENCY
         wrong = run_forkq("status", "--redis-url", group.url.replace(SENTINEL_PASSWORD, "no"))
         assert wrong.returncode == 77, (wrong.returncode, wrong.stderr)
+
+
+def test_a_plain_url_whose_server_turns_replica_is_an_outage_logged_once(
+        daemon: Callable[..., Daemon], tmp_path: Path) -> None:
+    """READONLY (and UNBLOCKED for a waiting BLMOVE) on a plain redis:// URL: each process
+    logs one outage and its end, retries with backoff, and works again once the server is
+    a master again (as when a DNS name moves to the promoted server)."""
+    auth = ["--requirepass", PASSWORD, "--masterauth", PASSWORD]
+    served, other = Node(tmp_path / "a", auth), Node(tmp_path / "b", auth)
+    served.start()
+    other.start()
+    try:
+        d = start_daemon(daemon, f"redis://:{PASSWORD}@127.0.0.1:{served.port}/0")
+        a = served.client()
+        a.lpush("queue:failover", payload("before" + "0" * 18))
+        until(lambda: a.sismember("test:done", "before" + "0" * 18), 30, lambda: d.log())
+        a.replicaof("127.0.0.1", other.port)
+        processes = CONCURRENCY + 2
+        until(lambda: d.log().count("Redis unavailable") >= processes, 30, lambda: d.log())
+        time.sleep(5)  # an observation window: a loop would log every backoff turn
+        a.replicaof("NO", "ONE")
+        after = "after" + "0" * 19
+        a.lpush("queue:failover", payload(after))
+        until(lambda: a.sismember("test:done", after), 30, lambda: d.log())
+        log = d.log()
+        readonly = [line for line in log.splitlines() if "READONLY" in line]
+        unavailable = [line for line in log.splitlines() if "Redis unavailable" in line]
+        online = [line for line in log.splitlines() if "Redis is online" in line]
+        print(f"\nreplica for 5+ s: {len(unavailable)} 'Redis unavailable' lines "
+              f"({len(readonly)} READONLY), {len(online)} 'Redis is online'")
+        print("\n".join(line for line in log.splitlines() if "Redis " in line))
+        assert len(unavailable) <= 2 * processes, "\n".join(unavailable)
+        assert "Redis refused" not in log, log
+        assert d.alive()
+    finally:
+        served.stop()
+        other.stop()
