@@ -30,6 +30,7 @@ from .topology import (
     SERVICE,
     Node,
     SentinelGroup,
+    make_certs,
     sentinel_group,
     wait_new_master,
 )
@@ -213,3 +214,20 @@ def test_a_plain_url_whose_server_turns_replica_is_an_outage_logged_once(
     finally:
         served.stop()
         other.stop()
+
+
+def test_tls_to_the_sentinels_and_the_master(daemon: Callable[..., Daemon],
+                                             tmp_path: Path) -> None:
+    """rediss+sentinel://: every node speaks only TLS and wants a client certificate; the
+    daemon, the client and the CLI find the master, and follow it after a failover."""
+    with sentinel_group(tmp_path / "redis", make_certs(tmp_path / "certs")) as group:
+        d = start_daemon(daemon, group.url)
+        jid = Client(url=group.url).push({"class": "Mark", "args": [], "queue": "failover"})
+        until(lambda: jid in done(group, group.master.port), 30, lambda: d.log())
+        status = run_forkq("status", "--json", "--redis-url", group.url)
+        assert status.returncode == 0, status.stderr
+        group.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", SERVICE)
+        new = wait_new_master(group, group.master.port)
+        enqueued = run_forkq("enqueue", "Mark", "-q", "failover", "--redis-url", group.url)
+        assert enqueued.returncode == 0, enqueued.stderr
+        until(lambda: len(done(group, new)) == 2, 60, lambda: d.log())

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import redis
 
@@ -42,6 +43,7 @@ class Node:
     args: list[str]
     port: int = field(default_factory=free_port)
     sentinel: bool = False
+    certs: Certs | None = None  # TLS only (replication and sentinels' links too)
     process: subprocess.Popen[bytes] | None = None
 
     def start(self, ready: Any = None, timeout: float = 20) -> None:
@@ -53,9 +55,9 @@ class Node:
         if self.sentinel:  # a sentinel needs a writable config file of its own
             config = self.directory / "sentinel.conf"
             config.write_text("\n".join(self.args) + "\n")
-            command += [str(config), "--port", str(self.port)]
+            command += [str(config), *self._listen()]
         else:
-            command += ["--port", str(self.port), *self.args]
+            command += [*self._listen(), *self.args]
         command += ["--bind", "127.0.0.1", "--dir", str(self.directory), "--save", "",
                     "--daemonize", "no", "--logfile", str(self.directory / "log")]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
@@ -64,6 +66,14 @@ class Node:
         check = ready or self.answers
         assert wait_for(lambda: self.alive() and check(), timeout), (
             f"{command} did not come up:\n{self.log()}")
+
+    def _listen(self) -> list[str]:
+        if self.certs is None:
+            return ["--port", str(self.port)]
+        return ["--port", "0", "--tls-port", str(self.port), "--tls-replication", "yes",
+                "--tls-cert-file", str(self.certs.server_cert),
+                "--tls-key-file", str(self.certs.server_key),
+                "--tls-ca-cert-file", str(self.certs.ca), "--tls-auth-clients", "yes"]
 
     def answers(self) -> bool:
         """True when it answers PING on its plain port."""
@@ -76,7 +86,7 @@ class Node:
         """A plain client of this node (password as configured for the topology)."""
         password = SENTINEL_PASSWORD if self.sentinel else PASSWORD
         options = {"password": password, "socket_timeout": 5, "socket_connect_timeout": 2,
-                   **kwargs}
+                   **(self.certs.client_options() if self.certs else {}), **kwargs}
         return redis.Redis("127.0.0.1", self.port, protocol=2, **options)
 
     def alive(self) -> bool:
@@ -107,13 +117,16 @@ class SentinelGroup:
     master: Node
     replica: Node
     sentinels: list[Node]
+    certs: Certs | None = None
 
     @property
     def url(self) -> str:
-        """The Sentinel URL of the service, with both passwords."""
+        """The Sentinel URL of the service, with both passwords (and TLS options)."""
         hosts = ",".join(f"127.0.0.1:{node.port}" for node in self.sentinels)
-        return (f"redis+sentinel://:{PASSWORD}@{hosts}/{SERVICE}/0"
-                f"?sentinel_password={SENTINEL_PASSWORD}")
+        scheme, tls = ("rediss+sentinel", "&" + self.certs.url_query()) if self.certs else (
+            "redis+sentinel", "")
+        return (f"{scheme}://:{PASSWORD}@{hosts}/{SERVICE}/0"
+                f"?sentinel_password={SENTINEL_PASSWORD}{tls}")
 
     def master_port(self) -> int:
         """The master's port as the first sentinel that answers sees it."""
@@ -153,11 +166,12 @@ def _replica_synced(replica: Node) -> bool:
 
 
 @contextmanager
-def sentinel_group(root: Path) -> Iterator[SentinelGroup]:
-    """Start the five processes under ``root``; stop them all by pid on exit."""
+def sentinel_group(root: Path, certs: Certs | None = None) -> Iterator[SentinelGroup]:
+    """Start the five processes under ``root`` (TLS only, with ``certs``); stop them all by
+    pid on exit."""
     auth = ["--requirepass", PASSWORD, "--masterauth", PASSWORD, "--appendonly", "no"]
-    master = Node(root / "master", auth)
-    replica = Node(root / "replica", auth)
+    master = Node(root / "master", auth, certs=certs)
+    replica = Node(root / "replica", list(auth), certs=certs)
     nodes: list[Node] = []
     try:
         master.start()
@@ -166,11 +180,11 @@ def sentinel_group(root: Path) -> Iterator[SentinelGroup]:
         replica.start(ready=lambda: _replica_synced(replica))
         nodes.append(replica)
         sentinels = [Node(root / f"sentinel-{index}", _sentinel_config(master.port),
-                          sentinel=True) for index in range(3)]
+                          sentinel=True, certs=certs) for index in range(3)]
         for node in sentinels:
             node.start()
             nodes.append(node)
-        group = SentinelGroup(master, replica, sentinels)
+        group = SentinelGroup(master, replica, sentinels, certs)
         assert wait_for(lambda: group.all_agree(master.port), 30), "sentinels never agreed:\n" + (
             "\n".join(node.log()[-2000:] for node in sentinels))
         yield group
@@ -218,6 +232,16 @@ class Certs:
     server_key: Path
     client_cert: Path
     client_key: Path
+
+    def client_options(self) -> dict[str, Any]:
+        """redis-py keywords for a TLS client with the client certificate."""
+        return {"ssl": True, "ssl_ca_certs": str(self.ca), "ssl_certfile": str(self.client_cert),
+                "ssl_keyfile": str(self.client_key)}
+
+    def url_query(self) -> str:
+        """The same, as ``rediss://`` query options."""
+        return (f"ssl_ca_certs={quote(str(self.ca))}&ssl_certfile={quote(str(self.client_cert))}"
+                f"&ssl_keyfile={quote(str(self.client_key))}&ssl_cert_reqs=required")
 
 
 def make_certs(directory: Path) -> Certs:
