@@ -125,7 +125,14 @@ def _address(client: redis.Redis) -> str:
 
 
 class MasterLost(redis.ConnectionError):
-    """The server this connection talks to is no longer the master (a failover)."""
+    """The server this connection talks to is no longer the master (a failover).
+
+    ``sent`` is False when it was found before the command was sent (``ROLE`` on a new
+    connection, the sentinels naming another master): nothing reached any server."""
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 ROLE_CHANGED = "UNBLOCKED"  # Redis ends blocked commands so when a master becomes a replica
@@ -180,21 +187,22 @@ class FollowsMaster:
             return
         role = text(reply[0]) if isinstance(reply, list) and reply else "master"
         if role != "master":
-            self._lost(f"the server is a replica (ROLE {role})")
+            self._lost(f"the server is a replica (ROLE {role})", sent=False)
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().read_response(*args, **kwargs)  # type: ignore[misc]
         except redis.exceptions.ReadOnlyError as exc:
-            self._lost(f"READONLY {exc}", exc)
+            self._lost(f"READONLY {exc}", exc, sent=True)
         except redis.ResponseError as exc:
             if not str(exc).startswith(ROLE_CHANGED):
                 raise
-            self._lost(str(exc), exc)
+            self._lost(str(exc), exc, sent=True)
 
-    def _lost(self, why: str, cause: Exception | None = None) -> NoReturn:
+    def _lost(self, why: str, cause: Exception | None = None, *, sent: bool) -> NoReturn:
         self.disconnect()  # type: ignore[attr-defined]
-        raise MasterLost(f"{why} (no longer the master: a failover? reconnecting)") from cause
+        raise MasterLost(f"{why} (no longer the master: a failover? reconnecting)",
+                         sent=sent) from cause
 
 
 class MasterConnection(FollowsMaster, redis.Connection):
@@ -225,8 +233,8 @@ class AsksSentinels:
     _checked = 0.0
 
     def connect_to(self, address: tuple[str, int]) -> None:
+        self._checked = time.monotonic()  # just asked; not again during the handshake
         super().connect_to(address)  # type: ignore[misc]
-        self._checked = time.monotonic()
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         now = time.monotonic()
@@ -245,7 +253,7 @@ class AsksSentinels:
         if (address[0], int(address[1])) != (me.host, int(me.port)):
             me.disconnect()
             raise MasterLost(f"the sentinels name {address[0]}:{address[1]} the master now, "
-                             f"not {me.host}:{me.port} (a failover; reconnecting)")
+                             f"not {me.host}:{me.port} (a failover; reconnecting)", sent=False)
 
 
 class SentinelMasterConnection(AsksSentinels, FollowsMaster, SentinelManagedConnection):
