@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import redis
 
-from forkq.client import Client
+from forkq.client import Client, result
 
 from .conftest import ROOT, Daemon, run_forkq, until
 from .topology import PASSWORD, Node, free_port, make_certs
@@ -93,8 +93,12 @@ def test_a_least_privilege_acl_user_runs_the_daemon_the_client_and_the_cli(
         until(lambda: any(suicide in e.decode() for e in admin.zrange("dead", 0, -1)), 90,
               lambda: d.log())
         assert boom and boom in admin.zrange("retry", 0, -1)[0].decode()
+        answered = client.push({"class": "answer", "args": [20], "result_ttl": 60})
+        assert answered and result(answered, timeout=30, client=client) == {"double": 40}
+        far = client.push({"class": "Mark", "args": [], "at": time.time() + 3600})
         for command in (["status"], ["queues"], ["retries", "list"], ["dead", "list"],
-                        ["scheduled", "list"], ["enqueue", "Mark"]):
+                        ["scheduled", "list"], ["enqueue", "Mark"], ["job", str(boom)],
+                        ["cancel", str(far)]):
             ran = run_forkq(*command, "--redis-url", url)
             assert ran.returncode == 0, (command, ran.stdout, ran.stderr)
             assert "NOPERM" not in ran.stdout + ran.stderr
