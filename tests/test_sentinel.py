@@ -208,7 +208,10 @@ def test_a_plain_url_whose_server_turns_replica_is_an_outage_logged_once(
         print(f"\nreplica for 5+ s: {len(unavailable)} 'Redis unavailable' lines "
               f"({len(readonly)} READONLY), {len(online)} 'Redis is online'")
         print("\n".join(line for line in log.splitlines() if "Redis " in line))
-        assert len(unavailable) <= 2 * processes, "\n".join(unavailable)
+        # each process (master, scheduler, processors) logs this outage once, and its end
+        # once: a server that stays a replica is one outage, not a loop of short ones
+        pids = [line.split("pid=")[1].split()[0] for line in unavailable]
+        assert len(pids) == len(set(pids)) <= processes, "\n".join(unavailable)
         assert "Redis refused" not in log, log
         assert d.alive()
     finally:
