@@ -11,7 +11,6 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -261,10 +260,3 @@ def make_certs(directory: Path) -> Certs:
                 "-CAcreateserial", "-days", "2", "-out", f"{name}.crt", *extra)
     return Certs(directory / "ca.crt", directory / "server.crt", directory / "server.key",
                  directory / "client.crt", directory / "client.key")
-
-
-def wait_seconds(condition: Any, timeout: float) -> float:
-    """Seconds until ``condition()`` held (AssertionError after ``timeout``)."""
-    started = time.monotonic()
-    assert wait_for(condition, timeout, interval=0.02), "timed out"
-    return time.monotonic() - started
