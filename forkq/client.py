@@ -32,7 +32,7 @@ import redis
 
 from forkq import keys
 from forkq import payload as payloads
-from forkq.connection import connect, round_trip
+from forkq.connection import MasterLost, connect, round_trip
 from forkq.errors import EnqueueError
 from forkq.middleware import CLIENT, ClientChain, current_job
 
@@ -188,7 +188,10 @@ def _check_results(carried: list[list[str]], results: list[Any]) -> None:
 
 
 def _before_sending(exc: redis.RedisError) -> bool:
-    """Whether the error came before anything was sent (no connection could be made)."""
+    """Whether the error came before anything was sent (no connection could be made, or the
+    server was found not to be the master before the push was sent)."""
+    if isinstance(exc, MasterLost):
+        return not exc.sent
     return isinstance(exc, redis.AuthenticationError) or "connecting to" in str(exc)
 
 

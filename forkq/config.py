@@ -166,7 +166,8 @@ SETTINGS: tuple[Setting, ...] = (
             doc="modules or .py files the master imports before forking",
             flags=("-r", "--require"), metavar="MODULE|FILE", repeat=True),
     Setting(name="redis_url", kind=STR, reload="restart",
-            doc="redis://, rediss://, unix:// URL or 'embedded'; else REDIS_URL",
+            doc="redis://, rediss://, unix://, redis+sentinel:// (sentinel://) URL or "
+                "'embedded'; else REDIS_URL",
             flags=("--redis-url",), check=check_redis_url, metavar="URL"),
     Setting(name="tag", kind=STR, doc="tag shown in process titles", reload="children",
             flags=("-g", "--tag"), metavar="TAG"),

@@ -1,9 +1,20 @@
-"""Redis connection factory.
+"""Redis connection factory: every client forkq opens is built by :func:`connect`.
 
-URLs: ``redis://``, ``rediss://`` (TLS), ``unix://`` and the word ``embedded``,
-which means the unix socket of the private server that the master starts in
-``embedded_dir`` (see :mod:`forkq.embedded`). AUTH/ACL users go in the URL
-(``redis://user:secret@host:6379/0``).
+URLs: ``redis://``, ``rediss://`` (TLS), ``unix://``, the Sentinel forms
+``redis+sentinel://``, ``rediss+sentinel://`` and kombu's ``sentinel://`` (checked and
+parsed by :mod:`forkq.redis_url`), and the word ``embedded``, which means the unix socket of
+the private server that the master starts in ``embedded_dir`` (see :mod:`forkq.embedded`).
+AUTH/ACL users go in the URL (``redis://user:secret@host:6379/0``).
+
+Failover: a Sentinel client asks the sentinels for the master's address at every
+(re)connection. Every connection, Sentinel or not, takes a ``READONLY`` reply (the server
+became a replica) or a blocking command ended by a role change (``UNBLOCKED``) as the loss
+of the master: it drops itself and raises :class:`MasterLost`, a ``ConnectionError``, so
+callers treat it as the outage it is (logged once, waited out with backoff,
+:mod:`forkq.daemon.outage`) and the next connection finds the new master (through the
+sentinels, or DNS for a plain URL). Nothing refused by ``READONLY`` was written, so a retry
+is safe. Connections made from a client's pool (:class:`Direct`, the processors' blocking
+wait and queue watch) are of the same class, so they follow the master too.
 
 Fork safety: a client built in the master must not be used in a child. Children
 call :func:`connect` themselves after the fork; redis-py's pools also refuse to
@@ -12,11 +23,22 @@ reuse a connection across a pid change.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any
+import time
+from collections.abc import Iterator
+from typing import Any, NoReturn
 
 import redis
 from redis.commands.core import Script
+from redis.sentinel import (
+    MasterNotFoundError,
+    Sentinel,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
+
+from forkq import redis_url
 
 EMBEDDED = "embedded"
 SOCKET_NAME = "redis.sock"
@@ -41,14 +63,209 @@ def connect(
     """A client for ``url`` speaking RESP2, answering bytes, with a connect timeout (5 s).
 
     ``socket_timeout`` bounds every reply; callers that must never hang (the
-    master, heartbeat threads, the application's client) set it.
+    master, heartbeat threads, the application's client) set it. ValueError names what is
+    wrong with a bad URL (nothing connects before the first command).
     """
     resolved = resolve_url(url, embedded_dir=embedded_dir)
-    tcp = {} if resolved.startswith("unix:") else {"socket_keepalive": True}
-    return redis.Redis.from_url(
-        resolved, protocol=2, socket_connect_timeout=connect_timeout,
-        socket_timeout=socket_timeout, decode_responses=False, **tcp
-    )
+    redis_url.check(resolved)
+    common: dict[str, Any] = {"protocol": 2, "socket_connect_timeout": connect_timeout,
+                              "socket_timeout": socket_timeout, "decode_responses": False}
+    if redis_url.is_sentinel(resolved):
+        return _sentinel_master(redis_url.parse_sentinel(resolved), common)
+    kind = redis_url.scheme(resolved)
+    tcp = {} if kind == "unix" else {"socket_keepalive": True}
+    return redis.Redis.from_url(resolved, connection_class=FOLLOWING[kind], **common, **tcp)
+
+
+def _sentinel_master(target: redis_url.SentinelTarget, common: dict[str, Any]) -> redis.Redis:
+    """A client of ``target``'s master: its pool asks the sentinels where the master is at
+    every connection, and drops idle connections when the answer changes. A sentinel
+    that does not answer within the connect timeout is skipped for the next."""
+    tls: dict[str, Any] = {"ssl": True, **target.tls_options} if target.tls else {}
+    sentinel_wait = common["socket_connect_timeout"]
+    sentinels = Sentinels(  # type: ignore[no-untyped-call]
+        target.sentinels,
+        sentinel_kwargs={"username": target.sentinel_username,
+                         "password": target.sentinel_password, "protocol": 2,
+                         "socket_connect_timeout": sentinel_wait,
+                         "socket_timeout": sentinel_wait, **tls})
+    connection_class = SentinelSSLMasterConnection if target.tls else SentinelMasterConnection
+    client: redis.Redis = sentinels.master_for(  # type: ignore[no-untyped-call]
+        target.service, db=target.db, username=target.username, password=target.password,
+        connection_class=connection_class, socket_keepalive=True, **common, **tls)
+    return client
+
+
+class Sentinels(Sentinel):
+    """redis-py's Sentinel, with discovery errors one can read: a refused sentinel password
+    is an :class:`redis.AuthenticationError` (exit 77 for the CLI and the daemon), not "no
+    master found" with the clients' reprs."""
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        try:
+            found: tuple[str, int] = super().discover_master(  # type: ignore[no-untyped-call]
+                service_name)
+        except MasterNotFoundError as exc:
+            where = ", ".join(_address(node) for node in self.sentinels)
+            # hazard: redis-py folds AuthenticationError (a ConnectionError) into this
+            # error's text; nothing else tells the two apart
+            if "AuthenticationError" in str(exc):
+                raise redis.AuthenticationError(
+                    f"a sentinel ({where}) refused sentinel_password / sentinel_username"
+                ) from exc
+            raise MasterNotFoundError(
+                f"no sentinel ({where}) named a master for service {service_name!r}: they are "
+                "unreachable, or do not monitor that service") from exc
+        return found
+
+
+def _address(client: redis.Redis) -> str:
+    kwargs = client.connection_pool.connection_kwargs
+    return f"{kwargs.get('host')}:{kwargs.get('port')}"
+
+
+class MasterLost(redis.ConnectionError):
+    """The server this connection talks to is no longer the master (a failover).
+
+    ``sent`` is False when it was found before the command was sent (``ROLE`` on a new
+    connection, the sentinels naming another master): nothing reached any server."""
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+ROLE_CHANGED = "UNBLOCKED"  # Redis ends blocked commands so when a master becomes a replica
+
+
+class FollowsMaster:
+    """Connection mixin: the server must be the master.
+
+    A new connection asks ``ROLE`` before its first command and drops itself with
+    :class:`MasterLost` when the server is a replica (a server that refuses ``ROLE``, an
+    ACL without it, is taken at its word); ``READONLY`` or ``UNBLOCKED`` replies do the
+    same later. So a process whose server became a replica stays in one outage (reads
+    would otherwise end it and the next write start another) until a master answers.
+    A command sent on a closed connection connects through :meth:`connect` (redis-py's
+    own send path bypasses it, and a Sentinel connection would then reach its last or
+    default address, localhost:6379, instead of asking the sentinels)."""
+
+    _verified: object = None  # the socket ROLE was checked on
+    _handshaking = False  # AUTH, SELECT, CLIENT SETNAME... come before ROLE
+
+    def on_connect(self) -> None:
+        with self._handshake():
+            super().on_connect()  # type: ignore[misc]
+
+    def on_connect_check_health(self, *args: Any, **kwargs: Any) -> None:
+        with self._handshake():
+            super().on_connect_check_health(*args, **kwargs)  # type: ignore[misc]
+
+    @contextlib.contextmanager
+    def _handshake(self) -> Iterator[None]:
+        before, self._handshaking = self._handshaking, True
+        try:
+            yield
+        finally:
+            self._handshaking = before
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        me: Any = self
+        if getattr(me, "_sock", None) is None:
+            me.connect()
+        if not self._handshaking and self._verified is not me._sock:
+            self._verified = me._sock
+            self._check_role()
+        super().send_packed_command(command, check_health)  # type: ignore[misc]
+
+    def _check_role(self) -> None:
+        me: Any = self
+        try:
+            super().send_packed_command(me.pack_command("ROLE"), False)  # type: ignore[misc]
+            reply = super().read_response()  # type: ignore[misc]
+        except redis.ResponseError:
+            return
+        role = text(reply[0]) if isinstance(reply, list) and reply else "master"
+        if role != "master":
+            self._lost(f"the server is a replica (ROLE {role})", sent=False)
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except redis.exceptions.ReadOnlyError as exc:
+            self._lost(f"READONLY {exc}", exc, sent=True)
+        except redis.ResponseError as exc:
+            if not str(exc).startswith(ROLE_CHANGED):
+                raise
+            self._lost(str(exc), exc, sent=True)
+
+    def _lost(self, why: str, cause: Exception | None = None, *, sent: bool) -> NoReturn:
+        self.disconnect()  # type: ignore[attr-defined]
+        raise MasterLost(f"{why} (no longer the master: a failover? reconnecting)",
+                         sent=sent) from cause
+
+
+class MasterConnection(FollowsMaster, redis.Connection):
+    """A TCP connection that follows the master."""
+
+
+class SSLMasterConnection(FollowsMaster, redis.SSLConnection):
+    """A TLS connection that follows the master."""
+
+
+class UnixMasterConnection(FollowsMaster, redis.UnixDomainSocketConnection):
+    """A unix-socket connection that follows the master."""
+
+
+MASTER_CHECK_INTERVAL = 1.0  # seconds between two questions to the sentinels, per connection
+
+
+class AsksSentinels:
+    """Sentinel connection mixin: a connection in use asks the sentinels where the master is
+    at most every :data:`MASTER_CHECK_INTERVAL` seconds, before a command; when they name
+    another server it drops itself and raises :class:`MasterLost` (nothing was sent).
+
+    Why: after ``SENTINEL FAILOVER`` the old master keeps answering as a master until the
+    sentinels reconfigure it (up to ~10 s later); everything written there meanwhile is
+    discarded when it resyncs as a replica. Sentinels that do not answer leave the
+    connection as it is (the master may be fine)."""
+
+    _checked = 0.0
+
+    def connect_to(self, address: tuple[str, int]) -> None:
+        self._checked = time.monotonic()  # just asked; not again during the handshake
+        super().connect_to(address)  # type: ignore[misc]
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        now = time.monotonic()
+        if getattr(self, "_sock", None) is not None and now - self._checked >= (
+                MASTER_CHECK_INTERVAL):
+            self._checked = now
+            self._check_master()
+        super().send_packed_command(command, check_health)  # type: ignore[misc]
+
+    def _check_master(self) -> None:
+        me: Any = self
+        try:
+            address = me.connection_pool.get_master_address()
+        except (redis.ConnectionError, redis.TimeoutError):
+            return
+        if (address[0], int(address[1])) != (me.host, int(me.port)):
+            me.disconnect()
+            raise MasterLost(f"the sentinels name {address[0]}:{address[1]} the master now, "
+                             f"not {me.host}:{me.port} (a failover; reconnecting)", sent=False)
+
+
+class SentinelMasterConnection(AsksSentinels, FollowsMaster, SentinelManagedConnection):
+    """A connection to the master the sentinels name (asked at every connect)."""
+
+
+class SentinelSSLMasterConnection(AsksSentinels, FollowsMaster, SentinelManagedSSLConnection):
+    """A TLS connection to the master the sentinels name."""
+
+
+FOLLOWING: dict[str, type[redis.Connection] | type[redis.UnixDomainSocketConnection]] = {
+    "redis": MasterConnection, "rediss": SSLMasterConnection, "unix": UnixMasterConnection}
 
 
 def text(value: bytes | str) -> str:

@@ -13,11 +13,12 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
+
+from forkq import redis_url
 
 
 class InvalidError(Exception):
@@ -197,6 +198,9 @@ def check_queues(queues: Any) -> None:
 
 
 def check_redis_url(url: Any) -> None:
-    if url != "embedded" and urlsplit(url).scheme not in ("redis", "rediss", "unix"):
-        wanted = "'embedded' or a redis://, rediss:// or unix:// URL"
-        raise InvalidError(f"expected {wanted}; got {url!r}")
+    if url == "embedded":
+        return
+    try:
+        redis_url.check(str(url))
+    except ValueError as exc:
+        raise InvalidError(str(exc)) from None

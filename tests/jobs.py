@@ -238,3 +238,10 @@ def answer_fails(message: str) -> None:
 def answer_set() -> set[int]:
     """Returns what JSON cannot carry."""
     return {1, 2}
+
+
+class Mark(Job, name="Mark"):
+    """Adds its jid to the set ``test:done`` (counting runs by jid, duplicates collapse)."""
+
+    def perform(self, *args: Any) -> None:
+        clients.default().redis.sadd("test:done", self.jid)

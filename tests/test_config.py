@@ -19,6 +19,9 @@ from .conftest import ROOT
 
 Write = Callable[..., str]
 
+URL_KINDS = ("expected 'embedded' or a redis://, rediss://, unix://, redis+sentinel://, "
+             "rediss+sentinel:// or sentinel:// URL")
+
 
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
@@ -411,8 +414,7 @@ def test_empty_queue_list(write: Write) -> None:
     ("embedded_dir: ''\n", "forkq.yml:1:15: embedded_dir: must not be empty"),
     ("log_level: loud\n",
      "forkq.yml:1:12: log_level: expected one of debug, info, warning, error; got 'loud'"),
-    ("redis_url: http://h/0\n", "forkq.yml:1:12: redis_url: expected 'embedded' or a redis://, "
-     "rediss:// or unix:// URL; got 'http://h/0'"),
+    ("redis_url: http://h/0\n", f"forkq.yml:1:12: redis_url: {URL_KINDS}; got 'http://h/0'"),
 ])
 def test_out_of_range(write: Write, text: str, expected: str) -> None:
     assert yaml_error(write, text) == expected
@@ -458,8 +460,8 @@ def test_bad_reference(write: Write) -> None:
     (["-q", "a", "-q", "a,2"], "flag -q: queues: duplicate queue 'a'"),
     (["-t", "-1"], "flag -t: timeout: must be at least 0, got -1.0"),
     (["-L", "loud"], "flag -L: log_level: expected one of debug, info, warning, error; got 'loud'"),
-    (["--redis-url", "localhost:6379"], "flag --redis-url: redis_url: expected 'embedded' or a "
-     "redis://, rediss:// or unix:// URL; got 'localhost:6379'"),
+    (["--redis-url", "localhost:6379"],
+     f"flag --redis-url: redis_url: {URL_KINDS}; got 'localhost:6379'"),
 ])
 def test_bad_flag(argv: list[str], expected: str) -> None:
     assert error_of(lambda: load(parse(*argv), {})) == expected
@@ -472,8 +474,7 @@ def test_bad_flag(argv: list[str], expected: str) -> None:
     ({"FORKQ_QUEUES": "a,0"},
      "env FORKQ_QUEUES: queues: queue 'a': weight must be at least 1, got 0"),
     ({"FORKQ_TIMEOUT": "nan"}, "env FORKQ_TIMEOUT: timeout: expected a finite number, got 'nan'"),
-    ({"REDIS_URL": "http://x"}, "env REDIS_URL: redis_url: expected 'embedded' or a redis://, "
-     "rediss:// or unix:// URL; got 'http://x'"),
+    ({"REDIS_URL": "http://x"}, f"env REDIS_URL: redis_url: {URL_KINDS}; got 'http://x'"),
 ])
 def test_bad_env(environ: dict[str, str], expected: str) -> None:
     assert error_of(lambda: load(parse(), environ)) == expected

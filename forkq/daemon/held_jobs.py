@@ -136,7 +136,10 @@ def give_back(client: redis.Redis, inflight_key: str, held: Held, *, count: bool
     refused (a key of the wrong type; nothing changed)."""
     mode, jid, entry = _decide(held, count=count, how=how, now=now)
     result = script(client, "recover")(
-        keys=[keys.LEADER, inflight_key, keys.INFLIGHT_REGISTRY, owner, keys.beats(owner),
+        # without a token KEYS[4] is not read, but an empty key name would fail every ACL
+        # key pattern: name a key the script declares anyway
+        keys=[keys.LEADER, inflight_key, keys.INFLIGHT_REGISTRY, owner or keys.LEADER,
+              keys.beats(owner),
               keys.kills(jid), keys.DEAD],
         args=[token or "", held.job or b"", mode, KILL_LIMIT, entry, keys.KILLS_TTL, repr(now),
               repr(now - keys.DEAD_TIMEOUT), keys.DEAD_MAX_JOBS, held.length])

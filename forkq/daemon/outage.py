@@ -5,7 +5,7 @@ downtime``. The master, the processors and the scheduler each keep one
 :class:`Outage` and report every Redis call's success or failure to it.
 
 A refusal (Redis answered with an error: a key of the wrong type, ``OOM`` at
-maxmemory, ``READONLY``; :mod:`forkq.daemon.refusal`) is no outage: Redis is up, one step
+maxmemory, ``NOPERM``; :mod:`forkq.daemon.refusal`) is no outage: Redis is up, one step
 is refused. It is logged as ``Redis refused <step>: <error>``, at most once a minute
 for each distinct error, and neither starts nor ends an outage.
 """

@@ -1,13 +1,14 @@
 """Redis refusals (the server answered "no") as opposed to outages (it did not answer).
 
 An outage (connection refused, reset, timed out) is waited out and logged once
-(:mod:`forkq.daemon.outage`). A refusal is the server answering a command with an error:
-a key of the wrong type (``WRONGTYPE``), ``maxmemory`` reached with ``noeviction``
-(``OOM``), a read-only replica (``READONLY``), an ACL that forbids the command
-(``NOPERM``), or a forkq script that refused to write because a target key has the
-wrong type. A refusal is about one key or one step, not about Redis: the caller
-names the key, leaves the job where it was, reports it (at most once a minute per
-subject, :class:`Recurring`) and goes on with everything else.
+(:mod:`forkq.daemon.outage`). A refusal is the server answering a command with an error: a
+key of the wrong type (``WRONGTYPE``), ``maxmemory`` reached with ``noeviction`` (``OOM``),
+an ACL that forbids the command (``NOPERM``), or a forkq script that refused to write
+because a target key has the wrong type. A refusal is about one key or one step, not about
+Redis: the caller names the key, leaves the job where it was, reports it (at most once a
+minute per subject, :class:`Recurring`) and goes on with everything else. A read-only
+replica (``READONLY``) is not a refusal: forkq's connections turn it into
+:class:`forkq.connection.MasterLost`, an outage (a failover), before it gets here.
 
 forkq's Lua scripts check the type of every key they will write before their first
 write (Redis does not roll back a script's earlier writes when a later command

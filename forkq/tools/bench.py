@@ -25,6 +25,7 @@ import redis
 
 from forkq import client as clients
 from forkq import registry
+from forkq.connection import connect
 from forkq.embedded import server_url
 from forkq.tools import bench_phases as phases
 from forkq.tools import bench_procs, bench_sidekiq
@@ -66,7 +67,7 @@ def run(options: Options) -> int:
         bench_sidekiq.check_installed()
     with tempfile.TemporaryDirectory(prefix="forkq-bench-") as tmp, \
             server_url(tmp, options.redis_url) as url:
-        r: redis.Redis = redis.Redis.from_url(url, protocol=2)
+        r: redis.Redis = connect(url)
         try:
             server_pid = _server_pid(r)
             results = _columns(options, tmp, url, r)

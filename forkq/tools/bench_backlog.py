@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import redis
 
-from forkq.connection import text
+from forkq.connection import connect, text
 from forkq.embedded import server_url
 from forkq.errors import ForkqError
 from forkq.tools import bench_phases as phases
@@ -49,7 +49,7 @@ def run(*, jobs: int, concurrency: int, samples: int, redis_url: str | None) -> 
     """Run the check and print its two figures; the exit status."""
     with tempfile.TemporaryDirectory(prefix="forkq-bench-") as tmp, \
             server_url(tmp, redis_url) as url:
-        r: redis.Redis = redis.Redis.from_url(url, protocol=2)
+        r: redis.Redis = connect(url)
         system = ForkqSystem(tmp, url, concurrency)
         try:
             phases.launch(r, system)

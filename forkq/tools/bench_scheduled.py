@@ -32,6 +32,7 @@ import redis
 
 from forkq import client as clients
 from forkq import keys
+from forkq.connection import connect
 from forkq.embedded import server_url
 from forkq.errors import ForkqError
 from forkq.registry import Job
@@ -57,7 +58,7 @@ def run(*, jobs: int, over: float, daemons: int, concurrency: int, redis_url: st
     """Run the benchmark, print its figures; 0 when every job ran exactly once."""
     with tempfile.TemporaryDirectory(prefix="forkq-bench-") as tmp, \
             server_url(tmp, redis_url) as url:
-        r: redis.Redis = redis.Redis.from_url(url, protocol=2)
+        r: redis.Redis = connect(url)
         status = _forkq(r, tmp, url, jobs=jobs, over=over, daemons=daemons,
                         concurrency=concurrency)
         if sidekiq:

@@ -371,8 +371,9 @@ class Supervisor:
         self._stop_cancelled()
 
     def _cancel_watch_fds(self) -> list[int]:
-        fds = self._guarded(self.store.cancel_watch_fds, "watching for cancelled jobs")
-        return fds or []
+        # not guarded: it swallows its own Redis errors, so the guard would count every call
+        # as a success and end (then restart) an outage each turn, logging both
+        return self.store.cancel_watch_fds()
 
     def _stop_cancelled(self) -> None:
         """Kill the children running a job someone cancelled (:mod:`.cancels`)."""
