@@ -429,3 +429,33 @@ def test_a_daemon_frozen_longer_than_liveness_timeout_keeps_its_children(
     assert not r.keys("forkq:kills:*"), "no death was charged"
     assert {child.pid for child in d.children()} == children
     assert "the master was stalled for" in d.log()
+
+
+def test_the_process_listing_goes_on_past_wrong_typed_records(
+        r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """One damaged process record, busy hash or leader key is logged and skipped; the
+    readable processes are listed; a wrong-typed ``processes`` key lists none, raising
+    nothing (the dashboard and ``forkq status`` read through here)."""
+    from forkq.ops.processes import ProcessSet
+
+    r.sadd(keys.PROCESSES, "ok:1", "damaged:2")
+    r.hset("ok:1", mapping={"info": json.dumps({"hostname": "ok", "pid": 1}), "busy": "1"})
+    r.set("damaged:2", "not a hash")
+    _wrong(r, "ok:1:work")
+    r.hset("ok:1:workers", "t1", json.dumps({"queue": "q", "run_at": 5,
+                                             "payload": {"class": "C", "jid": "j"}}))
+    _wrong(r, keys.DEAR_LEADER, "hash")
+    processes = ProcessSet(r)
+    with caplog.at_level(logging.WARNING, logger="forkq.ops.processes"):
+        live = processes.live()
+        work = processes.work(live)
+    assert [p.identity for p in live] == ["ok:1"]
+    assert [(w.identity, w.thread) for w in work] == [("ok:1", "t1")]
+    assert processes.leader() == ""
+    assert r.sismember(keys.PROCESSES, "damaged:2")  # damaged, not expired: left in place
+    logged = caplog.text
+    assert "'damaged:2' is unreadable" in logged and "busy record of 'ok:1'" in logged
+    _wrong(r, keys.PROCESSES)
+    with caplog.at_level(logging.WARNING, logger="forkq.ops.processes"):
+        assert processes.live() == []
+    assert f"{keys.PROCESSES} is unreadable" in caplog.text

@@ -18,6 +18,7 @@ mode) refuse them, as Sidekiq's API does.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,8 @@ from forkq import keys
 from forkq.connection import raw, text
 from forkq.errors import ForkqError, NotFoundError
 from forkq.ops.records import finite
+
+log = logging.getLogger(__name__)
 
 FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us", "concurrency")
 SIGNALS = {"quiet": "TSTP", "stop": "TERM", "dump": "TTIN", "reload": "HUP"}
@@ -173,20 +176,32 @@ class ProcessSet:
         self.redis = client
 
     def live(self) -> list[Process]:
-        """Every live process, by identity; identities whose record expired are unlisted."""
-        identities = sorted(text(i) for i in self.redis.smembers(keys.PROCESSES))
+        """Every live process, by identity; identities whose record expired are unlisted.
+
+        A wrong-typed ``processes`` key, record or ``dear-leader`` is logged and read as
+        absent (a damaged record is left in place, not dropped as expired)."""
+        try:
+            members = self.redis.smembers(keys.PROCESSES)
+        except redis.ResponseError as exc:
+            log.warning("%s is unreadable (%s): no process listed", keys.PROCESSES, exc)
+            return []
+        identities = sorted(text(i) for i in members)
         with self.redis.pipeline(transaction=False) as pipe:
             for identity in identities:
                 pipe.hmget(identity, list(FIELDS))
             pipe.get(keys.DEAR_LEADER)
-            *records, leader = pipe.execute()
+            *records, leader = pipe.execute(raise_on_error=False)
+        if not isinstance(leader, bytes | str):
+            leader = b""
         found: list[Process] = []
         gone: list[str] = []
         for identity, values in zip(identities, records, strict=True):
-            if values[0] is None:  # no info: the record expired, the process is gone
+            if isinstance(values, Exception):
+                log.warning("process record %r is unreadable (%s): skipped", identity, values)
+            elif values[0] is None:  # no info: the record expired, the process is gone
                 gone.append(identity)
             else:
-                found.append(Process.from_hash(identity, values, leader=text(leader or b"")))
+                found.append(Process.from_hash(identity, values, leader=text(leader)))
         if gone:
             self.redis.srem(keys.PROCESSES, *gone)
         return found
@@ -228,7 +243,10 @@ class ProcessSet:
 
     def leader(self) -> str:
         """The identity in ``dear-leader`` (forkq's scheduler leader), or ""."""
-        return text(self.redis.get(keys.DEAR_LEADER) or b"")
+        try:
+            return text(self.redis.get(keys.DEAR_LEADER) or b"")
+        except redis.ResponseError:  # wrong-typed: no leader to name
+            return ""
 
     def work(self, processes: list[Process] | None = None) -> list[Work]:
         """Every busy processor of ``processes`` (default: the live ones), oldest job first, in
@@ -240,9 +258,12 @@ class ProcessSet:
             for identity in identities:
                 for key in keys.workers(identity):
                     pipe.hgetall(key)
-            hashes = pipe.execute()
+            hashes = pipe.execute(raise_on_error=False)
         found: dict[tuple[str, str], Work] = {}
         for identity, busy in zip(owners, hashes, strict=True):
+            if isinstance(busy, Exception):
+                log.warning("busy record of %r is unreadable (%s): skipped", identity, busy)
+                continue
             for thread, value in busy.items():
                 entry = _work(identity, text(thread), raw(value))
                 if entry is not None:
