@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from typing import Any
 
+import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -98,18 +99,29 @@ def test_a_daemon_writes_the_sidekiq_7_and_8_keys_and_forkq_counters(
     assert rows["Boom"].total_seconds == 0 and rows["Boom"].avg_ms == 0
 
 
-def test_sidekiqs_readers_find_what_forkq_wrote(r: redis.Redis, server: EmbeddedServer) -> None:
-    """The flush of one beat, read back as Sidekiq 7.3 and 8.1 read it (Ruby's strftime and
-    redis-rb, tests/ruby/metrics_query.rb): the same totals and histogram, for both."""
+# 2025-02-05 08:03:30 UTC (day, hour and minute below 10: padded or not per format),
+# 2026-11-25 23:47:10 UTC (two-digit everything), and now
+FIXED_TIMES = (1738742610.0, 1795650430.0)
+
+
+@pytest.mark.parametrize("at", [*FIXED_TIMES, None])
+def test_sidekiqs_readers_find_what_forkq_wrote(r: redis.Redis, server: EmbeddedServer,
+                                                at: float | None) -> None:
+    """One beat's writes, read back as Sidekiq 7.3 and 8.1 read them (their key formats fed
+    to Ruby's strftime, redis-rb: tests/ruby/metrics_query.rb cites the source lines): the
+    same key names, totals and histogram for both versions."""
+    now = time.time() if at is None else at
     recorder = Recorder()
     for seconds in (0.001, 0.019, 0.020, 0.250, 4.0, 400.0):
         recorder.record("default", "App::HardJob", seconds, failed=False)
     recorder.record("low", "App::HardJob", 0.5, failed=True)
-    now = time.time()
     pipe = r.pipeline(transaction=False)
     queue_writes(pipe, recorder.drain(), now)
     assert not [reply for reply in pipe.execute() if isinstance(reply, Exception)]
-    read = json.loads(_run_ruby("metrics_query.rb", str(now), "App::HardJob", server=server))
+    read = json.loads(_run_ruby("metrics_query.rb", repr(now), "App::HardJob", server=server))
+    assert read["keys"] == [layout.jobs7(now), layout.jobs8(now), layout.jobs8_ten(now),
+                            layout.histogram7("App::HardJob", now),
+                            layout.histogram8("App::HardJob", now)]
     # Sidekiq's Histogram#record_time: bucket i counts runs of fewer than EDGES_MS[i] ms
     expected_hist = [0] * layout.BUCKETS
     for index in (0, 0, 1, 7, 14, 25):
@@ -121,6 +133,43 @@ def test_sidekiqs_readers_find_what_forkq_wrote(r: redis.Redis, server: Embedded
     assert read["8"]["ten_minutes"] == wanted, read
     ours = query.histogram(r, "App::HardJob", 1, now)
     assert [count for _, count in ours] == expected_hist
+    (row,) = query.job_classes(r, 1, now)
+    assert row == query.ClassMetrics("App::HardJob", 7, 1, wanted["ms"] / 1000,
+                                     wanted["ms"] / 6)
+    for key in read["keys"]:
+        assert 0 < r.ttl(key) <= (layout.MID_TERM if key == layout.jobs8_ten(now)
+                                  else layout.SHORT_TERM), key
+
+
+def test_the_key_names_of_a_fixed_minute() -> None:
+    at = FIXED_TIMES[0]
+    assert (layout.jobs7(at), layout.jobs8(at), layout.jobs8_ten(at)) == (
+        "j|20250205|8:3", "j|250205|8:03", "j|250205|8:0")
+    assert (layout.histogram7("K", at), layout.histogram8("K", at)) == ("K-05-08:3",
+                                                                        "h|K-5-8:3")
+    at = FIXED_TIMES[1]
+    assert (layout.jobs7(at), layout.jobs8(at), layout.jobs8_ten(at)) == (
+        "j|20261125|23:47", "j|261125|23:47", "j|261125|23:4")
+    assert (layout.histogram7("K", at), layout.histogram8("K", at)) == ("K-25-23:47",
+                                                                        "h|K-25-23:47")
+    assert [layout.sidekiq_bucket(ms) for ms in (0, 19, 20, 334999, 335000)] == [0, 0, 1, 24, 25]
+    assert [layout.le_bucket(s) for s in (0.02, 0.0201, 335.0, 335.1)] == [0, 1, 24, 25]
+
+
+def test_coroutine_jobs_run_in_lanes_are_counted(r: redis.Redis, daemon: Any) -> None:
+    d = daemon("concurrency: 1\nasync_concurrency: 3\nrequire: jobs\n")
+    client = Client(r)
+    for n in range(4):
+        client.push({"class": "answer_async", "args": [n]})
+    for _ in range(2):
+        client.push({"class": "async_boom", "args": ["no"]})
+
+    def counted() -> dict[tuple[str, str, str], int]:
+        return {k: v for k, v in _forkq_counts(r).items() if k[2] in ("p", "f")}
+    until(lambda: counted() == {("default", "answer_async", "p"): 4,
+                                ("default", "async_boom", "p"): 2,
+                                ("default", "async_boom", "f"): 2}, 20,
+          lambda: f"{counted()}\n{d.log()}")
 
 
 def test_hostile_metrics_keys_do_not_stop_the_beat_the_readers_or_the_exposition(
