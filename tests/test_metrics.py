@@ -23,7 +23,7 @@ from forkq.embedded import EmbeddedServer
 from forkq.metrics import layout, prometheus, query, sampler
 from forkq.metrics.recorder import Recorder, queue_writes
 
-from .conftest import Daemon, records, until
+from .conftest import Daemon, identity_of, records, until
 from .test_sidekiq_interop import _run_ruby
 
 RUNS = 7  # Record jobs
@@ -54,6 +54,12 @@ def _sums(r: redis.Redis, pattern: str) -> Counter[str]:
     for key in r.keys(pattern):
         total.update({k.decode(): int(v) for k, v in r.hgetall(key).items()})
     return total
+
+
+def identity_beats(r: redis.Redis, d: Daemon) -> dict[bytes, int]:
+    """The ``seq`` of each child's heartbeat entry of daemon ``d``."""
+    key = f"forkq:beats:{identity_of(r, d)}"
+    return {pid: json.loads(entry)["seq"] for pid, entry in r.hgetall(key).items()}
 
 
 def _done(r: redis.Redis, d: Daemon, queue: str, runs: int, fails: int) -> None:
@@ -190,6 +196,11 @@ def test_hostile_metrics_keys_do_not_stop_the_beat_the_readers_or_the_exposition
         return sum(int(r.hget(key, "Record|p") or 0) for key in r.keys("j|20*"))
     until(lambda: written() == 2, 10, lambda: d.log())
     until(lambda: "job metrics not written" in d.log(), 10, lambda: d.log())
+    # the children's beats go on after the refused writes
+    beats = identity_beats(r, d)
+    assert beats, d.log()
+    until(lambda: all(seq > beats[pid] for pid, seq in identity_beats(r, d).items()
+                      if pid in beats), 10, lambda: d.log())
     assert query.job_classes(r, 5) == []
     assert query.queue_series(r, "default", 5) == []
     assert sampler.sample(r, time.time()) in (0, 1)
