@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from forkq.client import Client
 from forkq.embedded import EmbeddedServer
 from forkq.metrics import layout, prometheus, query, sampler
-from forkq.metrics.recorder import Recorder, queue_writes
+from forkq.metrics.recorder import Recorder, job_class, queue_writes
 
 from .conftest import Daemon, identity_of, records, until
 from .test_sidekiq_interop import _run_ruby
@@ -66,7 +66,7 @@ def _done(r: redis.Redis, d: Daemon, queue: str, runs: int, fails: int) -> None:
     def settled() -> bool:
         counts = _forkq_counts(r)
         return (counts.get((queue, "Record", "p")) == runs
-                and counts.get((queue, "Boom", "f")) == fails)
+                and counts.get((queue, "Boom", "f"), 0) == fails)
     until(settled, 20, lambda: f"{_forkq_counts(r)}\n{d.log()}")
 
 
@@ -263,3 +263,33 @@ def test_the_exposition_of_two_daemons_counts_the_work_of_both(
     leaders = [v for (name, _), v in samples.items() if name == "forkq_process_leader"]
     assert sorted(leaders) in ([0, 0], [0, 1])
     assert east and west
+
+
+def test_counts_given_back_after_a_failed_beat_go_with_the_next() -> None:
+    recorder = Recorder()
+    recorder.record("q", "A", 0.01, failed=False)
+    lost = recorder.drain()
+    recorder.record("q", "A", 0.5, failed=True)
+    recorder.restore(lost)
+    (counts,) = recorder.drain().values()
+    assert (counts.runs, counts.failures, counts.success_ms) == (2, 1, 10)
+    assert dict(counts.sidekiq_buckets) == {0: 1} and sum(counts.le_buckets.values()) == 2
+    assert recorder.drain() == {}
+
+
+def test_a_wrapped_job_counts_under_its_wrapped_class() -> None:
+    assert job_class({"class": "ActiveJob::Wrapper", "wrapped": "SendMail"}) == "SendMail"
+    assert job_class({"class": "Plain", "wrapped": 3}) == "Plain"
+
+
+def test_beats_and_metrics_survive_a_script_flush(r: redis.Redis, daemon: Any) -> None:
+    d = daemon("concurrency: 1\nrequire: jobs\n")
+    _push_work(r, runs=1, fails=0)
+    _done(r, d, "default", 1, 0)
+    r.script_flush()  # the beat's EVALSHA in its pipeline answers NOSCRIPT: loaded again
+    beats = identity_beats(r, d)
+    assert beats, d.log()
+    _push_work(r, runs=2, fails=0)
+    _done(r, d, "default", 3, 0)
+    until(lambda: all(seq > beats[pid] + 1 for pid, seq in identity_beats(r, d).items()
+                      if pid in beats), 10, lambda: d.log())
