@@ -215,11 +215,12 @@ def test_the_leader_samples_each_queue_once_a_minute(r: redis.Redis, daemon: Any
     Client(r).push({"class": "Record", "args": [1], "queue": "waiting"})
     d = daemon("concurrency: 1\nrequire: jobs\n")
     until(lambda: query.queue_series(r, "waiting", 2), 15, lambda: d.log())
-    (point,) = query.queue_series(r, "waiting", 2)
-    assert point.size == 1 and 0 <= point.latency < 30
-    assert point.at == layout.minute_of(point.at) and abs(point.at - time.time()) < 120
-    key = layout.queue_samples(point.at)
-    assert 0 < r.ttl(key) <= layout.QUEUE_SAMPLES_TTL
+    points = query.queue_series(r, "waiting", 2)  # one, or two across a minute's end
+    assert len(points) in (1, 2) and len({point.at for point in points}) == len(points)
+    for point in points:
+        assert point.size == 1 and 0 <= point.latency < 30
+        assert point.at == layout.minute_of(point.at) and abs(point.at - time.time()) < 120
+        assert 0 < r.ttl(layout.queue_samples(point.at)) <= layout.QUEUE_SAMPLES_TTL
 
 
 def test_the_exposition_of_two_daemons_counts_the_work_of_both(
