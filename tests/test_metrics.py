@@ -10,6 +10,10 @@ redis-rb, in ``tests/ruby/metrics_query.rb``, whose header cites the source line
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 import time
 from collections import Counter
 from typing import Any
@@ -23,7 +27,7 @@ from forkq.embedded import EmbeddedServer
 from forkq.metrics import layout, prometheus, query, sampler
 from forkq.metrics.recorder import Recorder, job_class, queue_writes
 
-from .conftest import Daemon, identity_of, records, until
+from .conftest import ROOT, Daemon, identity_of, records, until
 from .test_sidekiq_interop import _run_ruby
 
 RUNS = 7  # Record jobs
@@ -294,3 +298,21 @@ def test_beats_and_metrics_survive_a_script_flush(r: redis.Redis, daemon: Any) -
     _done(r, d, "default", 3, 0)
     until(lambda: all(seq > beats[pid] + 1 for pid, seq in identity_beats(r, d).items()
                       if pid in beats), 10, lambda: d.log())
+
+
+@pytest.mark.bench
+def test_bench_metrics_prints_its_figures_and_a_two_daemon_exposition(tmp_path: Any) -> None:
+    done = subprocess.run([sys.executable, "-m", "forkq.tools.bench_metrics", "--sample"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    print(done.stdout)
+    assert re.search(r"counting one job in a child: [\d.]+ us", done.stdout), done.stdout
+    assert len(re.findall(r"one beat with the metrics of \d+ job classes: \d+ commands",
+                          done.stdout)) == 3
+    families = {f.name: f for f in text_string_to_metric_families(
+        done.stdout[done.stdout.index("# HELP"):])}
+    processed = {s.labels["job_class"]: s.value for s in families["forkq_jobs_processed"].samples
+                 if s.name == "forkq_jobs_processed_total"}
+    assert processed == {"forkq.examples.send_welcome": 20, "HardWorker": 21}
+    assert families["forkq_processes"].samples[0].value == 2
