@@ -225,6 +225,21 @@ def test_metrics_page_shows_classes_histogram_and_queue_series(web: Any, r: redi
     assert 'id="histogram-class">Easy<' in easy.body
 
 
+def test_metrics_scrape_exposes_the_cluster_to_prometheus(web: Any, r: redis.Redis,
+                                                          daemon: Any) -> None:
+    d = daemon("concurrency: 1\nrequire: jobs\n")
+    _push(r, "default", 1)
+    until(lambda: r.llen("queue:default") == 0 and r.hlen(layout.JOBS), 20, lambda: d.log())
+    page = web().get("/metrics", Accept="text/plain")
+    assert page.status == 200 and page.header("Content-Type").startswith("text/plain")
+    assert "version=" in page.header("Content-Type")
+    assert 'forkq_jobs_processed_total{job_class="Record",queue="default"} 1.0' in page.body
+    assert "forkq_processes 1.0" in page.body
+    jobs = web().get("/metrics/jobs")  # the same flush wrote Sidekiq's keys the page reads
+    assert '"executions">1<' in jobs.row("data-class", "Record")
+    assert "default-src 'self'" in page.header("Content-Security-Policy")
+
+
 # --- security -----------------------------------------------------------------------------
 
 
@@ -312,6 +327,9 @@ def test_login_roles_and_scraper_headers(web: Any, r: redis.Redis) -> None:
         got = Browser(browser.base).get("/metrics/jobs", Authorization=header, Accept="*/*")
         assert got.status == status, header
     scraper = Browser(browser.base, headers={"Authorization": f"Bearer {READER}"})
+    scrape = scraper.get("/metrics", Accept="*/*")
+    assert scrape.status == 200 and "forkq_queue_size" in scrape.body
+    assert Browser(browser.base).get("/metrics", Accept="text/html").status == 401
     assert scraper.post("/queues/clear", {"name": "mail"}).status == 403
     assert r.llen("queue:mail") == 1
 
