@@ -21,6 +21,7 @@ from forkq.embedded import EmbeddedServer
 from forkq.errors import ConfigError
 from forkq.metrics import layout
 from forkq.web import Auth, make_app
+from forkq.web.mount import mount
 
 from .conftest import records, until
 from .web_client import Browser, serve
@@ -359,18 +360,13 @@ def test_make_app_refuses_to_run_open_unless_told(server: EmbeddedServer,
 def test_mounted_under_a_prefix_every_url_carries_it(web: Any, r: redis.Redis) -> None:
     _push(r, "mail", 1)
 
-    def mount(app: Any) -> Any:
-        def dispatcher(environ: dict[str, Any], start_response: Any) -> Any:
-            path = environ.get("PATH_INFO", "")
-            if not path.startswith("/ops/forkq"):
-                start_response("404 Not Found", [("Content-Type", "text/plain")])
-                return [b"host app"]
-            environ["SCRIPT_NAME"] = "/ops/forkq"
-            environ["PATH_INFO"] = path[len("/ops/forkq"):]
-            return app(environ, start_response)
-        return dispatcher
+    def host(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"host app " + environ["PATH_INFO"].encode()]
 
-    browser = web(wrap=mount)
+    browser = web(wrap=lambda dashboard: mount("/ops/forkq/", dashboard, host))
+    assert browser.get("/ops/other").body == "host app /ops/other"
+    assert browser.get("/ops/forkqx").body == "host app /ops/forkqx"
     page = browser.get("/ops/forkq/queues")
     assert page.status == 200
     assert 'href="/ops/forkq/queues/mail"' in page.body
