@@ -67,6 +67,8 @@ def test_dashboard_shows_totals_history_and_redis_facts(web: Any, r: redis.Redis
     assert '<div class="value" id="stat-enqueued">1</div>' in page.body
     assert '<div class="value" id="stat-dead">1</div>' in page.body
     assert "77" in page.row("data-date", keys.utc_date())
+    assert '<div class="value" id="stat-today-processed">77</div>' in page.body
+    assert '<div class="value" id="stat-failure-rate">0.0 %</div>' in page.body
     assert 'data-fact="redis_version"' in page.body and 'data-fact="connected_clients"' in page.body
     assert 'id="throughput-chart"' in page.body
     assert len(web().get("/?days=30").body.split("data-date=")) - 1 == 30

@@ -102,7 +102,8 @@
     var samples = sample();
     if (!svg || !samples) { return; }
     var points = rates(samples);
-    var width = 600, height = 180, left = 40, bottom = 20;
+    var width = Math.max(300, Math.round(svg.clientWidth || 600));
+    var height = Math.max(120, Math.round(svg.clientHeight || 180)), left = 40, bottom = 20;
     while (svg.firstChild) { svg.removeChild(svg.firstChild); }
     svg.setAttribute("viewBox", "0 0 " + width + " " + height);
     svg.setAttribute("data-points", String(points.length));
@@ -118,7 +119,7 @@
         "collecting: the chart draws the rate between refreshes";
       return;
     }
-    var t0 = points[0].t, span = Math.max(1, points[points.length - 1].t - t0);
+    var t0 = points[0].t, span = (points[points.length - 1].t - t0) || 1;
     ["p", "f"].forEach(function (key) {
       var path = points.map(function (p) {
         var x = left + (width - left - 4) * (points.length === 1 ? 1 : (p.t - t0) / span);
