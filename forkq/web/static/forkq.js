@@ -107,8 +107,9 @@
     while (svg.firstChild) { svg.removeChild(svg.firstChild); }
     svg.setAttribute("viewBox", "0 0 " + width + " " + height);
     svg.setAttribute("data-points", String(points.length));
-    var top = 1;
+    var top = 1;  // the scale: the largest rate plus headroom
     points.forEach(function (p) { top = Math.max(top, p.p, p.f); });
+    top = top * 1.15;
     for (var g = 0; g <= 4; g++) {
       var y = (height - bottom) * g / 4 + 2;
       element("line", {x1: left, x2: width, y1: y, y2: y, "class": "grid"}, svg);
