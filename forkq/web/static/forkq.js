@@ -34,9 +34,13 @@
     if (!main || busy || paused() || document.hidden || interacting(main)) { return; }
     busy = true;
     window.fetch(window.location.href, {credentials: "same-origin",
-                                        headers: {"X-Forkq-Refresh": "1"}})
+                                        headers: {"Accept": "text/html", "X-Forkq-Refresh": "1"}})
       .then(function (response) {
-        if (!response.ok || response.redirected) { throw new Error("status " + response.status); }
+        if (response.redirected) {  // the session ended: show the login form
+          window.location.reload();
+          throw new Error("redirected");
+        }
+        if (!response.ok) { throw new Error("status " + response.status); }
         return response.text();
       })
       .then(function (html) {
