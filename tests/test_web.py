@@ -279,14 +279,30 @@ def test_no_action_is_reachable_by_get(web: Any, r: redis.Redis) -> None:
 def test_job_values_are_escaped(web: Any, r: redis.Redis) -> None:
     jid = _push(r, XSS, XSS, {"k": XSS}, klass=XSS)
     r.hset(keys.PERIODIC, XSS, time.time())
+    identity = f"{XSS}:1:abc"  # a process record and a running job, as any client may write
+    r.sadd("processes", identity)
+    r.hset(identity, mapping={"info": json.dumps({"hostname": XSS, "tag": XSS, "pid": 1,
+                                                  "labels": [XSS], "queues": [XSS],
+                                                  "version": XSS}),
+                              "busy": 1, "beat": time.time(), "quiet": "false"})
+    r.hset(f"{identity}:work", "t1", json.dumps({
+        "queue": XSS, "run_at": int(time.time()),
+        "payload": json.dumps({"class": XSS, "jid": XSS, "args": [XSS]})}))
+    now = time.time()
+    r.hset(layout.jobs8(now), mapping={f"{XSS}|p": 1, f"{XSS}|ms": 5})
     browser = web(periodic=cron.read_entries([{"name": XSS, "cron": "0 3 * * *",
                                                "class": XSS, "args": [XSS]}]))
-    for path in ("/queues", f"/queues/{XSS}", "/periodic", "/", "/metrics/jobs"):
+    for path in ("/queues", f"/queues/{XSS}", "/periodic", "/", "/metrics/jobs", "/busy",
+                 f"/metrics/jobs?class={XSS}&queue={XSS}"):
         page = browser.get(path)
         assert page.status == 200, path
         assert XSS not in page.body and "<script>alert" not in page.body, path
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in browser.get(f"/queues/{XSS}").row(
         "data-jid", jid)
+    busy = browser.get("/busy")
+    assert "&lt;script&gt;" in busy.row("data-identity", identity)
+    assert "&lt;script&gt;" in busy.row("data-jid", XSS)
+    assert "&lt;script&gt;" in browser.get("/metrics/jobs").row("data-class", XSS)
 
 
 def test_login_roles_and_scraper_headers(web: Any, r: redis.Redis) -> None:
