@@ -1,9 +1,11 @@
 """Searching ``schedule``, ``retry`` or ``dead`` with bounded work per call: :func:`search`.
 
 A search is a ``ZSCAN`` with a ``MATCH`` pattern, continued over calls by its cursor (as
-Sidekiq's Web searches): one call spends at most :data:`SCAN_BUDGET` of ``COUNT`` (Redis
-looks at about that many members), stops early once it holds a page of matches, and returns
-the cursor to continue from (0: the whole set was looked at). Only matching members cross
+Sidekiq's Web searches, but bounded): one call spends at most :data:`SCAN_BUDGET` of ``COUNT``
+(Redis looks at about that many members) and :data:`SCAN_SECONDS` (checked between
+``ZSCAN`` calls of at most :data:`MAX_STEP`), stops early once it holds a page of matches,
+and returns the cursor to continue from (0: the whole set was looked at). Measured on 100,000
+dead jobs of ~900 bytes: ~35 ms for 10,000 members that do not match. Only matching members cross
 the wire. The server does the matching; a call never reads the whole set.
 
 What matches: the text, case-insensitive for ASCII letters, anywhere in the member's bytes
@@ -20,6 +22,7 @@ twice across calls. A small set (listpack-encoded) is returned whole by one call
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -31,6 +34,7 @@ from forkq.ops.set_pages import sorted_set_read
 from forkq.ops.sorted_sets import JobSet, glob_escape
 
 SCAN_BUDGET = 10_000
+SCAN_SECONDS = 0.04
 FIRST_STEP = 200
 MAX_STEP = 2_000
 WANT = 25
@@ -52,9 +56,11 @@ class Found:
 
 
 def search(jobset: JobSet, query: str, *, field: str = "any", cursor: int = 0,
-           want: int = WANT, budget: int = SCAN_BUDGET, newest_first: bool = False) -> Found:
+           want: int = WANT, budget: int = SCAN_BUDGET, seconds: float = SCAN_SECONDS,
+           newest_first: bool = False) -> Found:
     """The members matching ``query`` (see the module docstring) from ``cursor`` on: ``ZSCAN``
-    calls of growing ``COUNT`` until ``want`` matches, ``budget`` spent or the end of the set.
+    calls of growing ``COUNT`` until ``want`` matches, ``budget`` or ``seconds`` spent, or the
+    end of the set.
     ``field`` is one of :data:`FIELDS` (ValueError otherwise). An empty query matches every
     member."""
     if field not in FIELDS:
@@ -63,6 +69,7 @@ def search(jobset: JobSet, query: str, *, field: str = "any", cursor: int = 0,
     keep = _field_test(field, query)
     found: dict[bytes, SortedEntry] = {}
     examined, step = 0, FIRST_STEP
+    deadline = time.monotonic() + seconds
     with sorted_set_read(jobset.name):
         while True:
             count = min(step, budget - examined)
@@ -72,7 +79,8 @@ def search(jobset: JobSet, query: str, *, field: str = "any", cursor: int = 0,
                 entry = SortedEntry(raw(member), score=float(score), set_name=jobset.name)
                 if keep(entry):
                     found[entry.raw] = entry
-            if cursor == 0 or len(found) >= want or examined >= budget:
+            if (cursor == 0 or len(found) >= want or examined >= budget
+                    or time.monotonic() >= deadline):
                 break
             step = min(step * 2, MAX_STEP)
     entries = sorted(found.values(), key=lambda e: e.score, reverse=newest_first)
