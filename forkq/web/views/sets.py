@@ -17,6 +17,7 @@ key of another type is reported on the page.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from forkq.errors import ForkqError
 from forkq.ops import set_bulk, set_pages, set_search
@@ -97,7 +98,8 @@ def show_list(request: Request, spec: SetPage) -> Response:
     per = request.int_arg("per", PER_PAGE[0], low=1, high=PER_PAGE[-1])
     query, field = request.arg("q"), request.arg("field", "any")
     field = field if field in set_search.FIELDS else "any"
-    context = {"spec": spec, "labels": LABELS[spec.path], "all_labels": ALL_LABELS[spec.path],
+    context: dict[str, Any] = {"spec": spec, "labels": LABELS[spec.path],
+               "all_labels": ALL_LABELS[spec.path],
                "query": query, "field": field,
                "fields": set_search.FIELDS, "order": "desc" if newest_first else "asc",
                "per": per, "per_choices": PER_PAGE, "rows": [], "problem": "",
