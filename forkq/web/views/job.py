@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from forkq.errors import ForkqError
 from forkq.ops import set_bulk, set_pages
 from forkq.ops.records import SortedEntry
 from forkq.web.routes import Request, Response, View, redirect, render, route
@@ -44,12 +45,16 @@ def act_view(spec: SetPage) -> View:
 
 def show_job(request: Request, spec: SetPage) -> Response:
     key = request.params["key"]
-    entry = set_pages.resolve(spec.set_for(request), key)
+    try:
+        entry = set_pages.resolve(spec.set_for(request), key)
+    except ForkqError as exc:
+        return render(request, "job.html", spec=spec, key=key, entry=None,
+                      labels=LABELS[spec.path], problem=str(exc))
     if entry is None:
         return render(request, "job.html", status=404, spec=spec, key=key, entry=None,
-                      labels=LABELS[spec.path])
+                      labels=LABELS[spec.path], problem="")
     return render(request, "job.html", spec=spec, key=key, entry=entry,
-                  labels=LABELS[spec.path], **details(entry))
+                  labels=LABELS[spec.path], problem="", **details(entry))
 
 
 def details(entry: SortedEntry) -> dict[str, Any]:

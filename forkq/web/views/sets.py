@@ -98,15 +98,15 @@ def show_list(request: Request, spec: SetPage) -> Response:
     per = request.int_arg("per", PER_PAGE[0], low=1, high=PER_PAGE[-1])
     query, field = request.arg("q"), request.arg("field", "any")
     field = field if field in set_search.FIELDS else "any"
-    context: dict[str, Any] = {"spec": spec, "labels": LABELS[spec.path],
-               "all_labels": ALL_LABELS[spec.path],
-               "query": query, "field": field,
-               "fields": set_search.FIELDS, "order": "desc" if newest_first else "asc",
-               "per": per, "per_choices": PER_PAGE, "rows": [], "problem": "",
-               "page": None, "found": None, "size": 0}
+    context: dict[str, Any] = {
+        "spec": spec, "labels": LABELS[spec.path], "all_labels": ALL_LABELS[spec.path],
+        "query": query, "field": field, "fields": set_search.FIELDS,
+        "order": "desc" if newest_first else "asc", "per": per, "per_choices": PER_PAGE,
+        "rows": [], "problem": "", "page": None, "found": None, "size": 0}
     jobset = spec.set_for(request)
     try:
-        context["size"] = jobset.size()
+        with set_pages.sorted_set_read(jobset.name):
+            context["size"] = jobset.size()
         if query:
             found = set_search.search(jobset, query, field=field, want=per,
                                       cursor=request.int_arg("cursor", 0),
