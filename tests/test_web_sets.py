@@ -10,6 +10,8 @@ import base64
 import html
 import json
 import re
+import subprocess
+import sys
 import time
 import zlib
 from typing import Any
@@ -18,6 +20,7 @@ import pytest
 import redis
 
 from forkq import keys
+from forkq.tools import bench_web
 from forkq.web import make_app
 from forkq.web.security import Auth
 
@@ -233,3 +236,20 @@ def test_links_keep_the_mount_prefix(r: redis.Redis, web: WsgiClient) -> None:
     assert f'href="/ops/forkq/dead/{key}"' in page.text
     answer = web.post("/dead/bulk", [("delete", ""), ("key", key)])
     assert answer.header("Location") == "/ops/forkq/dead" and r.zcard(keys.DEAD) == 29
+
+
+@pytest.mark.process
+def test_bench_web_times_every_page_at_scale() -> None:
+    """``forkq bench --web`` fills its own throwaway server (100,000 dead jobs, 1,000 queues)
+    and prints one row per page; the pages of this module pass the 100 ms bound there."""
+    done = subprocess.run([sys.executable, "-m", "forkq", "bench", "--web"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    table = {line[:24].strip(): line for line in done.stdout.splitlines()}
+    assert "dead 100,000" in done.stdout and "queues 1,000" in done.stdout, done.stdout
+    for label, _ in bench_web.pages("k"):
+        assert label in table, done.stdout
+    for label in ("Scheduled", "Retries", "Dead", "Dead, page 4000", "Dead, search by class",
+                  "Dead, search: no match", "Dead, search in args", "a dead job"):
+        assert table[label].endswith("PASS"), done.stdout
+    failing = [line for line in table.values() if line.endswith(("FAIL", "MISSING"))]
+    assert done.returncode == (1 if failing else 0), done.stderr
