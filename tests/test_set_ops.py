@@ -45,9 +45,10 @@ def test_pages_by_position_newest_first_or_due_order(r: redis.Redis) -> None:
 
 
 def test_a_key_names_one_exact_member_hostile_ones_too(r: redis.Redis) -> None:
-    r.zadd(keys.RETRY, {job(1): 5.5, HOSTILE: 5.5, job(2): 1e9 + 0.123456789})
+    r.zadd(keys.RETRY, {job(1): 5.5, HOSTILE: 5.5, job(2): 1e9 + 0.123456789, job(3): 1e20,
+                        job(4): -2.25, job(5): float("inf"), job(6): float("-inf")})
     entries = set_pages.page(RetrySet(r), 1).entries
-    assert len(entries) == 3
+    assert len(entries) == 7
     for entry in entries:
         found = set_pages.resolve(RetrySet(r), set_pages.entry_key(entry))
         assert found is not None and found.raw == entry.raw and found.score == entry.score

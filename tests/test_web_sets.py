@@ -202,6 +202,11 @@ def test_job_page_and_its_actions(r: redis.Redis, web: WsgiClient) -> None:
     assert json.loads(r.lindex("queue:mail", 0) or b"{}")["retry_count"] == 3
     gone = web.get(f"/retries/{key}")
     assert gone.status == 404 and 'id="job-missing"' in gone.text
+    r.zadd(keys.RETRY, {job(2): 1e20, job(3): -2.5, job(4): float("inf")})
+    for key in page_keys(web.get("/retries").text):
+        assert web.get(f"/retries/{key}").status == 200, key
+        assert web.post(f"/retries/{key}", {"kill": ""}).status == 303
+    assert r.zcard(keys.RETRY) == 0
 
 
 def test_actions_need_post_csrf_and_the_admin_role(r: redis.Redis) -> None:
