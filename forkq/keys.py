@@ -20,6 +20,14 @@ Each entry: key — type, TTL — owner and content.
 - ``<identity>:workers`` and ``<identity>:work`` — hash, 60 s — busy processors:
   child pid → ``{"queue", "payload" (the raw job string), "run_at" (int)}``; the
   master deletes and rewrites both every beat (6.x reads ``:workers``, 7+ ``:work``).
+- ``j|<YYYYMMDD>|<H>:<M>`` — hash, 8 h — Sidekiq 7.x's job metrics of one UTC minute:
+  ``<class>|p`` runs (failures included), ``<class>|f`` failures, ``<class>|ms``
+  milliseconds of successful runs; ``j|<YYMMDD>|<H>:<MM>`` (8 h) and
+  ``j|<YYMMDD>|<H>:<M/10>`` (3 days) — the same for Sidekiq 8.x, per minute and per 10
+  minutes. Written by every processor child with its heartbeat (:mod:`forkq.metrics`).
+- ``<class>-<DD>-<HH>:<M>`` (7.x) and ``h|<class>-<D>-<H>:<M>`` (8.x) — string, 8 h —
+  a class's histogram of successful runs in one minute: 26 saturating u16 counters
+  (``BITFIELD``) on Sidekiq's bucket edges. Names built by :mod:`forkq.metrics.layout`.
 - ``<identity>-signals`` — list, 60 s — remote signals (``TSTP``, ``TERM``, ``TTIN``)
   pushed by Sidekiq's API / Web UI; the master pops one per beat.
 
@@ -56,6 +64,12 @@ forkq's own keys:
 - ``dear-leader`` — string, same TTL — the leader's master identity, mirrored for
   Sidekiq's ``ProcessSet#leader`` and the Web UI's "leader" badge; left alone when
   it names a process forkq did not write (Sidekiq Enterprise's own lease).
+- ``forkq:metrics:jobs`` — hash, no TTL — all-time job counters per (queue, class) for
+  Prometheus: field JSON ``[queue, class, metric]``, metric ``p`` runs, ``f`` failures,
+  ``us`` microseconds of every run, ``b<i>`` runs in duration bucket i (``le`` on
+  Sidekiq's edges, ``b25`` above 335 s); HINCRBY'd by each processor child with its beat.
+- ``forkq:metrics:queues:<epoch minute>`` — hash, 8 h — the scheduler leader's
+  once-a-minute sample: queue name → JSON ``[size, latency seconds]``.
 - ``forkq:periodic`` — hash, no TTL — periodic job name → epoch of the last tick
   handled (enqueued or skipped), so each tick is enqueued once across the cluster.
 

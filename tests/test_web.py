@@ -24,6 +24,8 @@ from forkq.web import Auth, make_app
 from forkq.web.mount import mount
 
 from .conftest import records, until
+from .test_tls_acl import readme_acl
+from .topology import PASSWORD, Node
 from .web_client import Browser, serve
 
 ADMIN, READER = "s3cret-admin", "s3cret-reader"
@@ -407,3 +409,43 @@ def test_wrong_typed_keys_are_reported_not_fatal(web: Any, r: redis.Redis) -> No
     dashboard = browser.get("/")
     assert dashboard.status == 200 and "the totals could not be read" in dashboard.body
     assert "WRONGTYPE" in dashboard.body and 'id="history-table"' in dashboard.body
+
+
+def test_every_page_and_button_works_as_the_readme_least_privilege_acl_user(
+        tmp_path: Any, daemon: Any) -> None:
+    node = Node(tmp_path / "acl", ["--requirepass", PASSWORD])
+    node.start()
+    try:
+        admin = node.client()
+        admin.execute_command(*readme_acl("acl-secret"), "~test:*")
+        url = f"redis://forkq:acl-secret@127.0.0.1:{node.port}/0"
+        d = daemon("concurrency: 1\nrequire: jobs\n", redis_url=url)
+        gated = Client(url=url).push({"class": "Patient", "args": [60]})
+        for n in range(3):
+            Client(url=url).push({"class": "Record", "args": [n], "queue": "mail"})
+        entries = cron.read_entries([{"name": "n", "cron": "0 3 * * *", "class": "Record"}])
+        with serve(make_app(url, auth=Auth(), allow_anonymous=True, periodic=entries)) as base:
+            browser = Browser(base)
+            until(lambda: f'data-jid="{gated}"' in browser.get("/busy").body, 30, d.log)
+            for path in ("/", "/busy", "/queues", "/queues/mail", "/periodic", "/metrics/jobs",
+                         "/metrics"):
+                page = browser.get(path)
+                assert page.status == 200, (path, page.body[-3000:])
+            member = admin.lindex("queue:mail", 0)
+            assert member is not None
+            identity = next(i.decode() for i in admin.smembers("processes"))
+            for path, fields in (("/queues/pause", {"name": "mail"}),
+                                 ("/queues/resume", {"name": "mail"}),
+                                 ("/queues/delete", {"name": "mail",
+                                                     "job": base64.b64encode(member)}),
+                                 ("/queues/clear", {"name": "mail"}),
+                                 ("/periodic/enqueue", {"name": "n"}),
+                                 ("/busy/cancel", {"jid": gated}),
+                                 ("/busy/quiet", {"identity": identity})):
+                assert browser.post(path, fields).status == 303, path
+            assert not admin.exists("queue:mail") and admin.llen("queue:default") == 1
+            until(lambda: admin.hget(identity, "quiet") == b"true", 15, d.log)
+        denied = admin.acl_log()
+        assert denied == [], json.dumps(denied, default=str, indent=1)
+    finally:
+        node.stop()

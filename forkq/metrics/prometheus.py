@@ -127,7 +127,7 @@ def _read_jobs(snap: Snapshot, jobs: dict[Any, Any]) -> None:
         count = _strict_int(value)
         if parsed is None or count is None:
             snap.skipped += 1
-            skipped(log, layout.JOBS, f"field {raw_field!r} is not a metric")
+            skipped(log, f"key {layout.JOBS!r}", f"field {raw_field!r} is not a metric")
             continue
         queue, klass, metric = parsed
         snap.jobs[(queue, klass)][metric] += count
@@ -152,7 +152,7 @@ def _checked(snap: Snapshot, key: str, reply: Any) -> Any:
     """``reply``, or None when Redis refused it (counted and logged)."""
     if isinstance(reply, redis.ResponseError):
         snap.skipped += 1
-        skipped(log, key, str(reply))
+        skipped(log, f"key {key!r}", str(reply))
         return None
     return reply
 

@@ -64,7 +64,7 @@ def job_classes(client: redis.Redis, minutes: int, now: float | None = None) -> 
             klass, _, metric = _text(field).rpartition("|")
             count = _int(value)
             if not klass or metric not in ("p", "f", "ms") or count is None:
-                skipped(log, key, f"field {field!r} = {value!r} is not a metric")
+                skipped(log, f"key {key!r}", f"field {field!r} = {value!r} is not a metric")
                 continue
             totals[klass][metric] += count
     rows = [_class_metrics(name, sums) for name, sums in totals.items()]
@@ -81,7 +81,7 @@ def histogram(client: redis.Redis, klass: str, minutes: int,
         if found is None:
             continue
         if not isinstance(found, list) or len(found) != layout.BUCKETS:
-            skipped(log, key, "not a histogram")
+            skipped(log, f"key {key!r}", "not a histogram")
             continue
         for index, value in enumerate(found):
             counts[index] += _int(value) or 0
@@ -100,7 +100,7 @@ def queue_series(client: redis.Redis, queue: str, minutes: int,
             continue
         point = _point(key, found)
         if point is None:
-            skipped(log, key, f"sample of {queue!r} is not [size, latency]")
+            skipped(log, f"key {key!r}", f"sample of {queue!r} is not [size, latency]")
             continue
         points.append(point)
     return sorted(points, key=lambda point: point.at)
@@ -128,7 +128,7 @@ def _pipelined(client: redis.Redis, minutes: int, now: float | None,
     for args, reply in zip(commands, replies, strict=True):
         key = args[1]
         if isinstance(reply, redis.ResponseError):
-            skipped(log, key, str(reply))
+            skipped(log, f"key {key!r}", str(reply))
             reply = None
         out.append((key, reply))
     return out

@@ -106,38 +106,45 @@ def job_class(payload: dict[str, Any]) -> str:
     return wrapped if isinstance(wrapped, str) and wrapped else str(payload.get("class", ""))
 
 
-def queue_writes(pipe: Any, batch: Batch, now: float) -> list[str]:
-    """Queue on ``pipe`` the writes of ``batch`` at epoch ``now``; the key each queued
-    command touches, in order (for :func:`check_replies`)."""
-    touched: list[str] = []
+Touched = list[tuple[str, str]]
+"""(kind of key, key) of each command queued, in order: what :func:`check_replies` reports."""
 
-    def send(key: str, *args: Any) -> None:
+
+def queue_writes(pipe: Any, batch: Batch, now: float) -> Touched:
+    """Queue on ``pipe`` the writes of ``batch`` at epoch ``now``; what each command touches."""
+    touched: Touched = []
+
+    def send(kind: str, key: str, *args: Any) -> None:
         pipe.execute_command(*args[:1], key, *args[1:])
-        touched.append(key)
+        touched.append((kind, key))
 
     per_class = _per_class(batch)
-    for key, ttl in ((layout.jobs7(now), layout.SHORT_TERM), (layout.jobs8(now), layout.SHORT_TERM),
-                     (layout.jobs8_ten(now), layout.MID_TERM)):
+    for kind, key, ttl in (("Sidekiq 7 j|", layout.jobs7(now), layout.SHORT_TERM),
+                           ("Sidekiq 8 j|", layout.jobs8(now), layout.SHORT_TERM),
+                           ("Sidekiq 8 j| 10-minute", layout.jobs8_ten(now), layout.MID_TERM)):
         for klass, counts in per_class.items():
             for metric, value in _sidekiq_fields(counts):
-                send(key, "HINCRBY", f"{klass}|{metric}", value)
-        send(key, "EXPIRE", ttl)
+                send(kind, key, "HINCRBY", f"{klass}|{metric}", value)
+        send(kind, key, "EXPIRE", ttl)
     for klass, counts in per_class.items():
         if counts.sidekiq_buckets:
-            for key in (layout.histogram7(klass, now), layout.histogram8(klass, now)):
-                send(key, "BITFIELD", *_bitfield_incr(counts.sidekiq_buckets))
-                send(key, "EXPIRE", layout.SHORT_TERM)
+            for kind, key in (("Sidekiq 7 histogram", layout.histogram7(klass, now)),
+                              ("Sidekiq 8 histogram", layout.histogram8(klass, now))):
+                send(kind, key, "BITFIELD", *_bitfield_incr(counts.sidekiq_buckets))
+                send(kind, key, "EXPIRE", layout.SHORT_TERM)
     for (queue, klass), counts in batch.items():
         for metric, value in _forkq_fields(counts):
-            send(layout.JOBS, "HINCRBY", layout.series_field(queue, klass, metric), value)
+            send(layout.JOBS, layout.JOBS, "HINCRBY", layout.series_field(queue, klass, metric),
+                 value)
     return touched
 
 
-def check_replies(touched: list[str], replies: list[Any]) -> None:
-    """Report each refused write (its counts are dropped; the others stand)."""
-    for key, reply in zip(touched, replies, strict=False):
+def check_replies(touched: Touched, replies: list[Any]) -> None:
+    """Report each refused write, at most once a minute per kind of key (a key of the wrong
+    type, an ACL that does not grant it, OOM); its counts are dropped, the others stand."""
+    for (kind, key), reply in zip(touched, replies, strict=False):
         if isinstance(reply, redis.ResponseError):
-            skipped(log, key, f"job metrics not written: {reply}")
+            skipped(log, kind, f"job metrics not written to {key!r}: {reply}")
 
 
 def _per_class(batch: Batch) -> dict[str, Counts]:

@@ -19,7 +19,8 @@ _lock = threading.Lock()
 
 
 def skipped(log: logging.Logger, key: str, why: str) -> None:
-    """Log that ``key`` was skipped and why, unless it was logged less than a minute ago."""
+    """Log that ``key`` (a key, or a kind of key) was skipped and why, unless it was logged
+    less than a minute ago."""
     now = time.monotonic()
     with _lock:
         last = _last.get(key)
@@ -28,4 +29,4 @@ def skipped(log: logging.Logger, key: str, why: str) -> None:
         if len(_last) >= MAX_SUBJECTS:
             _last.clear()
         _last[key] = now
-    log.warning("metrics: skipped key %r: %s", key, why)
+    log.warning("metrics: skipped %s: %s", key, why)

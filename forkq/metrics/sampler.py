@@ -40,7 +40,7 @@ def sample(client: redis.Redis, now: float) -> int:
     pipe.expire(key, layout.QUEUE_SAMPLES_TTL)
     for reply in pipe.execute(raise_on_error=False):
         if isinstance(reply, redis.ResponseError):
-            skipped(log, key, f"queue samples not written: {reply}")
+            skipped(log, f"key {key!r}", f"queue samples not written: {reply}")
             return 0
     return len(found)
 
@@ -50,11 +50,12 @@ def listed_queues(client: redis.Redis, limit: int) -> list[str]:
     try:
         members = client.smembers(keys.QUEUES)
     except redis.ResponseError as exc:
-        skipped(log, keys.QUEUES, str(exc))
+        skipped(log, f"key {keys.QUEUES!r}", str(exc))
         return []
     names = sorted(_text(member) for member in members)
     if len(names) > limit:
-        skipped(log, keys.QUEUES, f"{len(names)} queues listed; only the first {limit} read")
+        skipped(log, f"key {keys.QUEUES!r}",
+                f"{len(names)} queues listed; only the first {limit} read")
     return names[:limit]
 
 
@@ -71,7 +72,7 @@ def sizes_and_latencies(client: redis.Redis, names: list[str],
     for index, name in enumerate(names):
         size, oldest = replies[2 * index], replies[2 * index + 1]
         if isinstance(size, redis.ResponseError) or isinstance(oldest, redis.ResponseError):
-            skipped(log, keys.queue(name), "not a list")
+            skipped(log, f"key {keys.queue(name)!r}", "not a list")
             continue
         found[name] = (int(size), latency_of(oldest, now))
     return found

@@ -7,7 +7,8 @@ Action (POST, admin only): ``/periodic/enqueue`` pushes the entry's job now, onc
 args and queue (and the registered job's options when the app is imported), marked
 ``periodic``: the entry's schedule and last tick are left as they are.
 
-Bounded work: one HMGET for the configured names and one HSCAN page of other names.
+Bounded work: one HMGET for the configured names and one HGETALL of ``forkq:periodic`` (a
+field per periodic name).
 """
 
 from __future__ import annotations
@@ -65,9 +66,10 @@ def periodic(request: Request) -> Response:
 
 def _other_names(client: redis.Redis, known: set[str]) -> list[tuple[str, float | None]]:
     """Entries ``forkq:periodic`` remembers that the configuration does not name (another
-    deployment's, or removed ones): one HSCAN page, at most :data:`OTHER_NAMES`."""
-    reply: Any = client.hscan(keys.PERIODIC, 0, count=OTHER_NAMES)
-    found: dict[Any, Any] = reply[1]
+    deployment's, or removed ones), at most :data:`OTHER_NAMES`. The hash holds one field per
+    periodic name ever configured (a handful), so it is read whole, with the commands the
+    README's least-privilege ACL allows."""
+    found: dict[Any, Any] = client.hgetall(keys.PERIODIC)
     others = [(text(name), _float(value)) for name, value in found.items()
               if text(name) not in known]
     return sorted(others)[:OTHER_NAMES]
