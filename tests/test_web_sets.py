@@ -28,6 +28,8 @@ from forkq.tools import bench_web
 from forkq.web import make_app
 from forkq.web.security import Auth
 
+from .test_tls_acl import readme_acl
+from .topology import PASSWORD, Node
 from .web_client import Browser, serve
 
 XSS = "<script>alert(1)</script>"
@@ -313,3 +315,38 @@ def test_bench_web_times_every_page_the_app_serves() -> None:
         if candidate.method != "GET" or candidate.pattern == "/login":
             continue
         assert any(candidate.regex.match(path) for path in timed), candidate.pattern
+
+
+def test_every_set_page_and_action_works_as_the_readme_least_privilege_acl_user(
+        tmp_path: Any) -> None:
+    node = Node(tmp_path / "acl", ["--requirepass", PASSWORD])
+    node.start()
+    try:
+        admin = node.client()
+        admin.execute_command(*readme_acl("acl-secret"))
+        url = f"redis://forkq:acl-secret@127.0.0.1:{node.port}/0"
+        now = time.time()
+        admin.zadd(keys.DEAD, {job(n, error_class="Boom"): now - n for n in range(1, 7)})
+        admin.zadd(keys.RETRY, {job(n): now + n for n in range(11, 15)})
+        admin.zadd(keys.SCHEDULE, {job(n): now + n for n in range(21, 24)})
+        admin.zadd(keys.DEAD, {HOSTILE: now})
+        admin.script_flush()
+        with serve(make_app(url, auth=Auth(), allow_anonymous=True)) as base:
+            web = Browser(base)
+            for path in ("/scheduled", "/retries", "/dead", "/dead?q=boom&field=error",
+                         "/dead?page=2&per=50&order=asc"):
+                assert web.get(path).status == 200, path
+            dead_keys = page_keys(web.get("/dead").body)
+            assert web.get(f"/dead/{dead_keys[1]}").status == 200
+            assert web.post("/dead/bulk", [("retry", ""), ("key", dead_keys[1])]).status == 303
+            assert web.post(f"/dead/{dead_keys[2]}", {"delete": ""}).status == 303
+            assert web.post("/retries/bulk", {"kill_all": "", "q": "mailer"}).status == 303
+            assert web.post("/scheduled/bulk", {"retry_all": ""}).status == 303
+            assert web.post("/dead/bulk", {"delete_all": "", "q": "boom"}).status == 303
+            assert web.post("/dead/bulk", {"delete_all": ""}).status == 303
+        assert admin.llen("queue:mail") == 4 and admin.zcard(keys.RETRY) == 0
+        assert not admin.exists(keys.DEAD) and admin.zcard(keys.SCHEDULE) == 0
+        denied = admin.acl_log()
+        assert denied == [], json.dumps(denied, default=str, indent=1)
+    finally:
+        node.stop()

@@ -3,8 +3,10 @@
 link or a checkbox, found again by its score).
 
 Every read costs O(log N + page size) in Redis, whatever the set's size: a page is one
-``ZCARD`` and one ``ZRANGE … REV`` by index (pages by position, as Sidekiq's Web: an entry
-removed meanwhile shifts the next page by one); a member is found again with
+``ZCARD`` and one ``ZRANGE`` by index (pages by position, as Sidekiq's Web: an entry
+removed meanwhile shifts the next page by one; newest first is the same slice counted from
+the end with negative indices, reversed here, since the README's least-privilege ACL grants
+no ``ZREVRANGE``); a member is found again with
 ``ZRANGEBYSCORE score score`` in windows of :data:`SAME_SCORE_WINDOW`, reading at most
 :data:`SAME_SCORE_LIMIT` members that share its score.
 
@@ -88,10 +90,14 @@ def page(jobset: JobSet, number: int = 1, *, size: int = PAGE_SIZE,
     start = (number - 1) * size
     with sorted_set_read(jobset.name), jobset.redis.pipeline(transaction=False) as pipe:
         pipe.zcard(jobset.name)
-        pipe.zrange(jobset.name, start, start + size - 1, desc=newest_first, withscores=True)
+        if newest_first:  # the same slice counted from the end, in ascending order
+            pipe.zrange(jobset.name, -(start + size), -(start + 1), withscores=True)
+        else:
+            pipe.zrange(jobset.name, start, start + size - 1, withscores=True)
         total, found = pipe.execute()
+    pairs = cast(list[Any], found)
     entries = [SortedEntry(raw(member), score=float(score), set_name=jobset.name)
-               for member, score in cast(list[Any], found)]
+               for member, score in (reversed(pairs) if newest_first else pairs)]
     return Page(entries, number, size, int(total), newest_first)
 
 

@@ -122,10 +122,13 @@ class JobSet:
             except (ForkqError, TypeError, ValueError) as exc:  # not a job; JSON cannot carry it
                 steps.append(exc)
         lua = script(self.redis, "entry")
+        # SCRIPT LOAD here, then plain EVALSHAs: a redis-py pipeline of Script calls would
+        # first send SCRIPT EXISTS, which the README's least-privilege ACL does not grant
+        self.redis.script_load(lua.script)
         with self.redis.pipeline(transaction=False) as pipe:
             for step in steps:
                 if not isinstance(step, Exception):
-                    lua(keys=step[0], args=step[1], client=pipe)
+                    pipe.evalsha(lua.sha, len(step[0]), *step[0], *step[1])
             replies = iter(pipe.execute(raise_on_error=False))
         return [step if isinstance(step, Exception) else _done(next(replies))
                 for step in steps]
