@@ -1,0 +1,198 @@
+"""Driving the dashboard in a real headless Chromium (Debian's ``chromium`` and
+``chromium-driver``) against a live daemon: the pieces the browser tests and the screenshot
+tool share.
+
+- :func:`chromium` starts a WebDriver on ``/usr/bin/chromium`` through ``/usr/bin/chromedriver``
+  (never Selenium Manager, which would download a browser); without them it raises
+  :class:`BrowserMissingError`, a failure that says what to install.
+- :class:`WebServer` runs ``forkq web`` as a subprocess on a free loopback port and stops it
+  by its pid.
+- :func:`running_daemon` runs ``forkq run`` for a whole module and stops it, and every child
+  it had, by pid.
+- :func:`wait_until` polls a condition with a deadline (WebDriverWait); :func:`login` signs in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+from forkq.subprocesses import terminate, wait_for
+from forkq.tools.driver import DaemonProcess
+
+TESTS = Path(__file__).parent
+ROOT = TESTS.parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+WINDOW = (1280, 900)
+T = TypeVar("T")
+
+
+class BrowserMissingError(AssertionError):
+    """Chromium or its driver is not installed: the test fails, saying what to install."""
+
+
+def chromium(width: int = WINDOW[0], height: int = WINDOW[1]) -> WebDriver:
+    """A headless Chromium at a fixed window size; the caller quits it."""
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not os.access(path, os.X_OK)]
+    if missing:
+        raise BrowserMissingError(
+            f"{' and '.join(missing)} not found: the browser tests need Debian's chromium and "
+            "chromium-driver (apt-get install chromium chromium-driver; .ci/run does it)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", f"--window-size={width},{height}",
+                     "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
+                     "--disable-extensions", "--force-device-scale-factor=1", "--lang=en-US"):
+        options.add_argument(argument)
+    if os.geteuid() == 0:
+        options.add_argument("--no-sandbox")  # Chromium refuses to sandbox as root
+    service = Service(executable_path=CHROMEDRIVER)  # a path given: no Selenium Manager
+    driver = webdriver.Chrome(service=service, options=options)
+    driver.set_page_load_timeout(30)
+    return driver
+
+
+def wait_until(driver: WebDriver, condition: Callable[[WebDriver], T], timeout: float = 10,
+               message: str | Callable[[], str] = "") -> T:
+    """The first truthy value of ``condition(driver)`` within ``timeout`` seconds; fails with
+    ``message`` (a function is called only then) and the page's URL otherwise."""
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition)
+    except TimeoutException:
+        text = message() if callable(message) else message
+        raise AssertionError(f"{text or 'timed out'} (page {driver.current_url})") from None
+
+
+def text_of(driver: WebDriver, css: str) -> str:
+    """The visible text of the first element matching ``css`` ("" when there is none)."""
+    found = driver.find_elements(By.CSS_SELECTOR, css)
+    return found[0].text if found else ""
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class WebServer:
+    """``forkq web`` on a free loopback port, started and stopped by pid."""
+
+    def __init__(self, redis_url: str, log_path: Path, *, env: Mapping[str, str] | None = None,
+                 args: tuple[str, ...] = ()) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.command = [sys.executable, "-m", "forkq", "web", "--bind", "127.0.0.1",
+                        "--port", str(self.port), "--redis-url", redis_url, *args]
+        self.env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}", **(env or {})}
+
+    def start(self, timeout: float = 20) -> None:
+        """Start it and wait until it answers HTTP (fails with its log otherwise)."""
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(self.command, env=self.env, stdout=log, stderr=log,
+                                            stdin=subprocess.DEVNULL)
+        if not wait_for(self._answers, timeout, interval=0.05):
+            raise AssertionError(f"forkq web never answered on {self.url}; log:\n{self.log()}")
+
+    def _answers(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"forkq web exited {self.process.returncode}:\n{self.log()}")
+        try:
+            with urllib.request.urlopen(self.url + "/", timeout=2):
+                return True
+        except urllib.error.HTTPError:
+            return True  # it answers (a login page, a 403): it is up
+        except OSError:
+            return False
+
+    def log(self) -> str:
+        """Everything it printed so far."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        """TERM by pid, KILL after 10 s."""
+        if self.process is not None:
+            terminate(self.process, 10)
+
+
+@contextlib.contextmanager
+def serving(redis_url: str, log_path: Path, **kwargs: Any) -> Iterator[WebServer]:
+    """A :class:`WebServer` for the ``with`` block, stopped after it even when it fails."""
+    web = WebServer(redis_url, log_path, **kwargs)
+    try:
+        web.start()
+        yield web
+    finally:
+        web.stop()
+
+
+class LiveDaemon(DaemonProcess):
+    """A ``forkq run`` subprocess with its log file."""
+
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@contextlib.contextmanager
+def running_daemon(redis_url: str, folder: Path, config: str) -> Iterator[LiveDaemon]:
+    """``forkq run`` on ``redis_url`` with the YAML ``config`` (tests/jobs.py importable) for
+    the ``with`` block; afterwards the master is stopped by pid, and any child it left
+    behind is killed by pid too."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "forkq.yml"
+    path.write_text(textwrap.dedent(config) + f"\nredis_url: {redis_url}\n")
+    environ = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}"}
+    daemon = LiveDaemon(str(path), env=environ, cwd=str(folder))
+    daemon.log_path = folder / "daemon.log"
+    with open(daemon.log_path, "wb") as log:
+        daemon.stderr = log
+        daemon.start()
+    known: set[int] = set()
+    try:
+        yield daemon
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            known.update(p.pid for p in psutil.Process(daemon.pid).children(recursive=True))
+        daemon.stop(timeout=10)
+        for pid in known:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def login(driver: WebDriver, base_url: str, password: str) -> None:
+    """Sign in through the login form (the dashboard sends a visitor without a session to
+    it), and wait to land on a page of the dashboard."""
+    driver.get(base_url + "/login")
+    field = wait_until(driver, lambda d: d.find_elements(By.CSS_SELECTOR,
+                                                         "input[type=password]"),
+                       10, "no password field on the login page")[0]
+    field.send_keys(password)
+    field.submit()
+    wait_until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "main[id^=page-]")
+               and "/login" not in d.current_url, 10, "login did not land on a page")
