@@ -38,7 +38,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from forkq.subprocesses import terminate, wait_for
 from forkq.tools.driver import DaemonProcess
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parent.parent
 ROOT = TESTS.parent
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
