@@ -57,7 +57,7 @@ OPERATOR: dict[str, ops.Command] = {
     "cancel": ops.cancel_jobs,
     "job": ops.job,
 }
-COMMANDS = ("run", "demo", "bench", "version", "enqueue", *OPERATOR)
+COMMANDS = ("run", "demo", "bench", "version", "enqueue", "web", *OPERATOR)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -172,6 +172,7 @@ def _operator_parsers(commands: Any) -> None:
     job.set_defaults(func=_operator)
     _enqueue_parser(commands.add_parser("enqueue", parents=[common],
                                         help="push one job by name"))
+    _web_parser(commands.add_parser("web", help="serve the web dashboard (loopback by default)"))
     cancel = commands.add_parser("cancel", parents=[common], help="cancel jobs: remove them "
                                  "where they wait, or stop the processor running them")
     cancel.add_argument("jids", nargs="*", metavar="JID")
@@ -223,6 +224,43 @@ def _enqueue_parser(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--force", action="store_true",
                      help="push even when the configured app (require) has no job NAME")
     sub.set_defaults(func=_enqueue)
+
+
+def _web_parser(sub: argparse.ArgumentParser) -> None:
+    config.add_connection_flags(sub)
+    sub.add_argument("--bind", default="127.0.0.1", metavar="HOST",
+                     help="address to listen on (default 127.0.0.1; another one needs a "
+                     "password: FORKQ_WEB_PASSWORD or FORKQ_WEB_PASSWORD_FILE)")
+    sub.add_argument("--port", type=int, default=9191, metavar="PORT",
+                     help="port (default 9191; 0 takes a free one)")
+    sub.add_argument("--password-file", default=None, metavar="FILE",
+                     help="the admin password, read from FILE (or FORKQ_WEB_PASSWORD[_FILE])")
+    sub.add_argument("--readonly-password-file", default=None, metavar="FILE",
+                     help="the read-only password, read from FILE "
+                     "(or FORKQ_WEB_READONLY_PASSWORD[_FILE])")
+    sub.add_argument("--refresh", type=ops.seconds_option, default=5.0, metavar="SECONDS",
+                     help="how often the pages refresh themselves (default 5)")
+    sub.set_defaults(func=_web)
+
+
+def _web(args: argparse.Namespace) -> int:
+    from forkq import web
+    from forkq.registry import REGISTRY
+    from forkq.web import security, server
+
+    settings = config.load(args, os.environ)
+    auth = security.Auth.from_environ(os.environ, admin_file=args.password_file,
+                                      readonly_file=args.readonly_password_file)
+    security.check_bind(args.bind, auth)
+    if settings.require:
+        config.import_required(settings)
+    client = _client(settings)
+    app = web.make_app(client, auth=auth, allow_anonymous=security.is_loopback(args.bind),
+                       refresh_seconds=max(1.0, args.refresh), periodic=settings.periodic,
+                       registry=REGISTRY if settings.require else None)
+    roles = " + ".join(role for role, password in (("admin", auth.admin_password), (
+        "read-only", auth.readonly_password)) if password) or "off (loopback only)"
+    return server.serve(app, host=args.bind, port=args.port, describe=f"(auth: {roles})")
 
 
 def _client(settings: config.Config) -> redis.Redis:

@@ -1,0 +1,42 @@
+"""The Dashboard page (``GET /``): processed and failed totals, today's counts, the live
+throughput chart (drawn by forkq.js from the totals of successive refreshes), the history by
+UTC day (``stat:processed:<date>``), and the Redis server's facts (INFO).
+
+Bounded work: one pipelined read of the totals (:class:`~forkq.ops.stats.Stats`: two
+commands per listed queue), one MGET per counter for at most 90 days, one INFO.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+
+from forkq.ops.stats import Stats, history
+from forkq.web.routes import Request, Response, render, route
+
+HISTORY_DAYS = (7, 30, 90)
+INFO_FIELDS = ("redis_version", "uptime_in_days", "connected_clients", "used_memory_human",
+               "used_memory_peak_human", "maxmemory_human", "maxmemory_policy")
+
+
+@route("GET", "/")
+def dashboard(request: Request) -> Response:
+    now = time.time()
+    stats = Stats.read(request.redis, now)
+    days = request.int_arg("days", 7, low=1, high=max(HISTORY_DAYS))
+    days = min(HISTORY_DAYS, key=lambda choice: abs(choice - days))
+    rows = history(request.redis, days, now)
+    peak = max([1, *(row["processed"] for row in rows)])
+    return render(request, "dashboard.html", stats=stats, history=rows, peak=peak, days=days,
+                  day_choices=HISTORY_DAYS, info=redis_facts(request.redis), at=now)
+
+
+def redis_facts(client: redis.Redis) -> dict[str, Any]:
+    """The INFO fields the page shows; a server that refuses INFO (ACL) shows none."""
+    try:
+        info = client.info()
+    except redis.ResponseError:
+        return {}
+    return {name: info[name] for name in INFO_FIELDS if name in info}
