@@ -5,8 +5,9 @@ tests/jobs.py, ``forkq web`` on a free port, and one headless Chromium. Every pr
 stopped by its pid at the module's end, also when a test failed.
 
 A module may set ``DAEMON_CONFIG`` (YAML) and ``WEB_ENV`` (the environment of ``forkq web``,
-e.g. its passwords) to change what it runs. Tests share the server, so each test works on
-names of its own (queues, jids) and never expects an empty set.
+e.g. its passwords) to change what it runs. ``forkq web`` reads the daemon's config file
+(its periodic entries) and refreshes its pages every second. Tests share the server, so each
+test works on names of its own (queues, jids) and never expects an empty set.
 """
 
 from __future__ import annotations
@@ -77,12 +78,13 @@ def live(request: pytest.FixtureRequest, redis_server: EmbeddedServer,
 
 
 @pytest.fixture(scope="module")
-def web(request: pytest.FixtureRequest, redis_server: EmbeddedServer,
+def web(request: pytest.FixtureRequest, redis_server: EmbeddedServer, live: LiveDaemon,
         folder: Path) -> Iterator[WebServer]:
-    """``forkq web`` on the module's server (``WEB_ENV`` of the module added to its
-    environment)."""
+    """``forkq web`` on the module's server with the daemon's config (``WEB_ENV`` of the
+    module added to its environment)."""
     env = getattr(request.module, "WEB_ENV", {})
-    server = WebServer(redis_server.url, folder / "web.log", env=env)
+    server = WebServer(redis_server.url, folder / "web.log", env=env,
+                       args=("-C", live.config_file, "--refresh", "1"))
     try:
         server.start()
         yield server

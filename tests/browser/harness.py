@@ -196,3 +196,18 @@ def login(driver: WebDriver, base_url: str, password: str) -> None:
     field.submit()
     wait_until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "main[id^=page-]")
                and "/login" not in d.current_url, 10, "login did not land on a page")
+
+
+def open_page(driver: WebDriver, web: WebServer, path: str, name: str) -> None:
+    """Load ``path`` and wait for its ``<main id="page-<name>">``."""
+    driver.get(web.url + path)
+    wait_until(driver, lambda d: d.find_elements(By.ID, f"page-{name}"), 15,
+               lambda: f"no main#page-{name} at {path}: {d_text(driver)}")
+
+
+def d_text(driver: WebDriver) -> str:
+    """The start of the page's text (for failure messages)."""
+    try:
+        return str(driver.find_element(By.TAG_NAME, "body").text)[:600]
+    except Exception as exc:  # noqa: BLE001 - only a failure message
+        return f"<unreadable: {exc}>"
