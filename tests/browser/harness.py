@@ -10,11 +10,13 @@ tool share.
 - :func:`running_daemon` runs ``forkq run`` for a whole module and stops it, and every child
   it had, by pid.
 - :func:`wait_until` polls a condition with a deadline (WebDriverWait); :func:`login` signs in.
+- :class:`Http` talks to the app without a browser (a tampered or token-less POST).
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.cookiejar
 import os
 import signal
 import socket
@@ -22,8 +24,10 @@ import subprocess
 import sys
 import textwrap
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -211,3 +215,53 @@ def d_text(driver: WebDriver) -> str:
         return str(driver.find_element(By.TAG_NAME, "body").text)[:600]
     except Exception as exc:  # noqa: BLE001 - only a failure message
         return f"<unreadable: {exc}>"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One plain-HTTP answer."""
+
+    status: int
+    headers: dict[str, str]
+    body: str
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # a redirect is an answer to look at, not to follow
+
+
+class Http:
+    """A plain HTTP visitor of ``base_url`` with its own cookies (no JavaScript, no
+    redirects followed): for the requests a browser would not send."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.cookies = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(
+            urllib.request.HTTPCookieProcessor(self.cookies), _NoRedirects())
+
+    def cookie(self, name: str) -> str:
+        """The value of cookie ``name`` ("" when not set)."""
+        return next((c.value or "" for c in self.cookies if c.name == name), "")
+
+    def get(self, path: str, headers: Mapping[str, str] | None = None) -> Answer:
+        return self._send(urllib.request.Request(
+            self.base_url + path, headers={"Accept": "text/html", **(headers or {})}))
+
+    def post(self, path: str, fields: Mapping[str, str] | list[tuple[str, str]],
+             headers: Mapping[str, str] | None = None) -> Answer:
+        body = urllib.parse.urlencode(fields).encode()
+        return self._send(urllib.request.Request(
+            self.base_url + path, data=body, method="POST",
+            headers={"Accept": "text/html", **(headers or {}),
+                     "Content-Type": "application/x-www-form-urlencoded"}))
+
+    def _send(self, request: urllib.request.Request) -> Answer:
+        try:
+            with self.opener.open(request, timeout=10) as response:
+                return Answer(response.status, dict(response.headers.items()),
+                              response.read().decode("utf-8", "replace"))
+        except urllib.error.HTTPError as error:
+            return Answer(error.code, dict(error.headers.items()),
+                          error.read().decode("utf-8", "replace"))
