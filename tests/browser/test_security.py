@@ -69,3 +69,29 @@ def test_the_read_only_role_sees_the_live_data(visitor: WebDriver, web: WebServe
     shown = visitor.find_element(By.ID, "stat-processed").get_attribute("data-value")
     assert int(shown or -1) == int(rc.get("stat:processed") or 0)
     assert "read-only" in text_of(visitor, "footer")
+
+
+def test_a_post_without_or_with_a_wrong_csrf_token_is_refused(web: WebServer) -> None:
+    plain = Http(web.url)
+    assert plain.get("/login").status == 200
+    token = plain.cookie("forkq_csrf")
+    assert len(token) >= 16, "the login form's visit sets the CSRF cookie"
+    for fields in ({"password": ADMIN_PASSWORD},
+                   {"password": ADMIN_PASSWORD, "csrf_token": "x" + token[1:]}):
+        answer = plain.post("/login", fields)
+        assert answer.status == 403, answer
+        assert "CSRF" in answer.body
+        assert not plain.cookie("forkq_session"), "a refused login opened a session"
+    answer = plain.post("/login", {"password": ADMIN_PASSWORD, "csrf_token": token})
+    assert answer.status in (302, 303) and plain.cookie("forkq_session")
+
+
+def test_every_answer_has_the_content_security_policy_and_no_action_answers_a_get(
+        web: WebServer) -> None:
+    plain = Http(web.url)
+    answer = plain.get("/login")
+    policy = answer.headers.get("Content-Security-Policy", "")
+    assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy, policy
+    assert "<script>" not in answer.body and " onclick=" not in answer.body
+    authorised = {"Authorization": f"Bearer {ADMIN_PASSWORD}"}
+    assert plain.get("/logout", authorised).status == 405
