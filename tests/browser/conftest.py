@@ -30,13 +30,13 @@ DAEMON_CONFIG = """\
 concurrency: 2
 require: jobs
 tag: browser
-queues: [default, busy]
+queues: [default, busy, pausable]
 periodic:
   - name: browser-nightly
     cron: "0 3 * * *"
     class: Record
     args: [periodic]
-    queue: parked
+    queue: periodic-out
     timezone: Europe/Berlin
 """
 

@@ -33,10 +33,15 @@ from typing import Any, TypeVar
 
 import psutil
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import (
+    ElementClickInterceptedException,
+    StaleElementReferenceException,
+    TimeoutException,
+)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from forkq.subprocesses import terminate, wait_for
@@ -265,3 +270,37 @@ class Http:
         except urllib.error.HTTPError as error:
             return Answer(error.code, dict(error.headers.items()),
                           error.read().decode("utf-8", "replace"))
+
+
+def press(driver: WebDriver, scope: str, name: str, *, confirm: bool = False) -> None:
+    """Click the button ``name`` inside the first element matching the CSS ``scope`` (a table
+    row, say), and accept the confirmation it asks when ``confirm``. A live refresh may
+    replace the row between finding and clicking: then it is found again."""
+
+    def attempt(d: WebDriver) -> bool:
+        try:
+            found = d.find_elements(By.CSS_SELECTOR, f'{scope} button[name="{name}"]')
+            if not found:
+                return False
+            found[0].click()
+            return True
+        except (StaleElementReferenceException, ElementClickInterceptedException):
+            return False
+
+    wait_until(driver, attempt, 10, f"no button {name!r} in {scope}")
+    if confirm:
+        wait_until(driver, expected_conditions.alert_is_present(), 5,
+                   f"button {name!r} asked no confirmation").accept()
+
+
+def rows(driver: WebDriver, table: str, attribute: str) -> list[str]:
+    """The ``attribute`` of every row of table ``#<table>`` (``data-jid``, say), in order;
+    rows without it (a "no jobs" row) left out."""
+    for _ in range(5):
+        try:
+            values = [row.get_attribute(attribute) for row in
+                      driver.find_elements(By.CSS_SELECTOR, f"#{table} tbody tr[{attribute}]")]
+        except StaleElementReferenceException:  # replaced by a refresh while read: again
+            continue
+        return [value for value in values if value]
+    raise AssertionError(f"#{table} kept changing while read")
