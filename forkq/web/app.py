@@ -116,7 +116,7 @@ class WebApp:
                 return Response(b"method not allowed", 405, "text/plain; charset=utf-8",
                                 headers=[("Allow", ", ".join(allowed))])
             return self._error(request, 404, f"no page {request.path}")
-        request.params = {k: unquote(v) for k, v in params.items()}
+        request.params = params  # PATH_INFO arrives percent-decoded already
         if request.method == "POST":
             refused = self._check_post(request)
             if refused is not None:
