@@ -91,10 +91,35 @@ def wait_until(driver: WebDriver, condition: Callable[[WebDriver], T], timeout: 
         raise AssertionError(f"{text or 'timed out'} (page {driver.current_url})") from None
 
 
+def settled(read: Callable[[], T]) -> T:
+    """``read()`` again while a live refresh replaced what it was reading (the page swaps
+    its ``<main>`` every second)."""
+    for _ in range(20):
+        try:
+            return read()
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError("the page kept changing while read")
+
+
 def text_of(driver: WebDriver, css: str) -> str:
     """The visible text of the first element matching ``css`` ("" when there is none)."""
-    found = driver.find_elements(By.CSS_SELECTOR, css)
-    return found[0].text if found else ""
+
+    def read() -> str:
+        found = driver.find_elements(By.CSS_SELECTOR, css)
+        return str(found[0].text) if found else ""
+
+    return settled(read)
+
+
+def attribute_of(driver: WebDriver, css: str, name: str) -> str:
+    """Attribute ``name`` of the first element matching ``css`` ("" when none has it)."""
+
+    def read() -> str:
+        found = driver.find_elements(By.CSS_SELECTOR, css)
+        return (found[0].get_attribute(name) or "") if found else ""
+
+    return settled(read)
 
 
 def free_port() -> int:
@@ -211,7 +236,8 @@ def open_page(driver: WebDriver, web: WebServer, path: str, name: str) -> None:
     """Load ``path`` and wait for its ``<main id="page-<name>">``."""
     driver.get(web.url + path)
     wait_until(driver, lambda d: d.find_elements(By.ID, f"page-{name}"), 15,
-               lambda: f"no main#page-{name} at {path}: {d_text(driver)}")
+               lambda: f"no main#page-{name} at {path}: {d_text(driver)}\n"
+                       f"forkq web's log:\n{web.log()[-3000:]}")
 
 
 def d_text(driver: WebDriver) -> str:
@@ -296,11 +322,6 @@ def press(driver: WebDriver, scope: str, name: str, *, confirm: bool = False) ->
 def rows(driver: WebDriver, table: str, attribute: str) -> list[str]:
     """The ``attribute`` of every row of table ``#<table>`` (``data-jid``, say), in order;
     rows without it (a "no jobs" row) left out."""
-    for _ in range(5):
-        try:
-            values = [row.get_attribute(attribute) for row in
-                      driver.find_elements(By.CSS_SELECTOR, f"#{table} tbody tr[{attribute}]")]
-        except StaleElementReferenceException:  # replaced by a refresh while read: again
-            continue
-        return [value for value in values if value]
-    raise AssertionError(f"#{table} kept changing while read")
+    found = settled(lambda: [row.get_attribute(attribute) for row in driver.find_elements(
+        By.CSS_SELECTOR, f"#{table} tbody tr[{attribute}]")])
+    return [value for value in found if value]

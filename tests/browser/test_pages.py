@@ -23,10 +23,12 @@ from ..conftest import push, records, until
 from .harness import (
     LiveDaemon,
     WebServer,
+    attribute_of,
     open_page,
     press,
     rows,
     running_daemon,
+    settled,
     text_of,
     wait_until,
 )
@@ -41,13 +43,12 @@ def _number(text: str) -> int:
 def test_the_dashboard_shows_the_totals_and_follows_them_without_a_reload(
         browser: WebDriver, web: WebServer, live: LiveDaemon, rc: redis.Redis) -> None:
     open_page(browser, web, "/", "dashboard")
-    before = _number(browser.find_element(By.ID, "stat-processed").get_attribute("data-value")
-                     or "0")
+    before = _number(attribute_of(browser, "#stat-processed", "data-value"))
     assert before == int(rc.get("stat:processed") or 0)
     Client(rc).push_bulk({"class": "Record", "args": [["dash"]] * 5})
     # no driver.get: the page refreshes itself
-    wait_until(browser, lambda d: _number(d.find_element(By.ID, "stat-processed")
-                                          .get_attribute("data-value") or "0") >= before + 5,
+    wait_until(browser, lambda d: _number(attribute_of(d, "#stat-processed", "data-value"))
+               >= before + 5,
                20, lambda: f"processed stayed {before}; daemon log:\n{live.log()}")
     today = dt.datetime.now(dt.timezone.utc).date().isoformat()
     wait_until(browser, lambda d: _number(text_of(
@@ -55,8 +56,8 @@ def test_the_dashboard_shows_the_totals_and_follows_them_without_a_reload(
         "today's history row does not show the jobs")
     version = rc.info()["redis_version"]
     assert text_of(browser, "#redis-facts dd[data-fact=redis_version]") == version
-    wait_until(browser, lambda d: int(d.find_element(By.ID, "throughput-chart")
-                                      .get_attribute("data-points") or 0) >= 1, 10,
+    wait_until(browser, lambda d: _number(attribute_of(d, "#throughput-chart", "data-points"))
+               >= 1, 10,
                "the throughput chart never drew a point")
 
 
@@ -87,8 +88,7 @@ def test_busy_shows_the_running_job_for_how_long_and_cancel_stops_it(
     row = f'#work-table tr[data-jid="{jid}"]'
     wait_until(browser, lambda d: text_of(d, f"{row} [data-field=running]"), 20,
                lambda: f"the running job never showed on Busy; log:\n{live.log()}")
-    assert identity in (browser.find_element(By.CSS_SELECTOR, row)
-                        .get_attribute("data-identity") or "")
+    assert attribute_of(browser, row, "data-identity") == identity
     busy = f'#processes-table tr[data-identity="{identity}"] [data-field=busy]'
     assert int(text_of(browser, busy) or 0) >= 1
     press(browser, row, "cancel", confirm=True)
@@ -120,6 +120,8 @@ def test_quiet_and_stop_reach_a_process(browser: WebDriver, web: WebServer,
 
 def test_queues_show_size_latency_and_paused_live_and_pause_resume_clear_act(
         browser: WebDriver, web: WebServer, live: LiveDaemon, rc: redis.Redis) -> None:
+    served = push(rc, "Record", "listed", queue="pausable")  # a served queue, listed once used
+    until(lambda: served in [row["jid"] for row in records(rc)], 15, lambda: live.log())
     open_page(browser, web, "/queues", "queues")
     for n in range(3):
         push(rc, "Record", n, queue="parked")
@@ -149,7 +151,7 @@ def test_a_queue_page_lists_its_jobs_in_pages_and_deletes_one(
     first = wait_until(browser, lambda d: rows(d, "queue-table", "data-jid"), 10)
     assert set(first) <= set(jids) and len(first) < 60
     assert text_of(browser, "#queue-facts [data-field=size]") == "60"
-    browser.find_element(By.CSS_SELECTOR, "nav.pager a[data-page='2']").click()
+    settled(lambda: browser.find_element(By.CSS_SELECTOR, "nav.pager a[data-page='2']").click())
     second = wait_until(browser, lambda d: "page=2" in d.current_url
                         and rows(d, "queue-table", "data-jid"), 10)
     assert set(second) <= set(jids) and not set(second) & set(first)

@@ -11,7 +11,7 @@ import redis
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from .harness import Http, WebServer, login, open_page, text_of, wait_until
+from .harness import Http, WebServer, attribute_of, login, open_page, text_of, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.process]
 
@@ -66,7 +66,7 @@ def test_the_read_only_role_sees_the_live_data(visitor: WebDriver, web: WebServe
     login(visitor, web.url, READONLY_PASSWORD)
     assert text_of(visitor, "#role") == "readonly"
     open_page(visitor, web, "/", "dashboard")
-    shown = visitor.find_element(By.ID, "stat-processed").get_attribute("data-value")
+    shown = attribute_of(visitor, "#stat-processed", "data-value")
     assert int(shown or -1) == int(rc.get("stat:processed") or 0)
     assert "read-only" in text_of(visitor, "footer")
 
