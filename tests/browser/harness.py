@@ -325,3 +325,11 @@ def rows(driver: WebDriver, table: str, attribute: str) -> list[str]:
     found = settled(lambda: [row.get_attribute(attribute) for row in driver.find_elements(
         By.CSS_SELECTOR, f"#{table} tbody tr[{attribute}]")])
     return [value for value in found if value]
+
+
+def hold_still(driver: WebDriver) -> None:
+    """Stop the live refresh of this page (as forkq.js does while a visitor types): a test
+    that edits the page's forms keeps its edits."""
+    driver.execute_script("var hold = document.createElement('span');"
+                          "hold.setAttribute('data-norefresh', '');"
+                          "document.querySelector('main').appendChild(hold);")

@@ -4,14 +4,33 @@ here with an admin and a read-only password."""
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
+from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from .harness import Http, WebServer, attribute_of, login, open_page, text_of, wait_until
+from forkq.ops.queues import Queue
+
+from ..conftest import push
+from .harness import (
+    Http,
+    LiveDaemon,
+    WebServer,
+    attribute_of,
+    hold_still,
+    login,
+    open_page,
+    press,
+    rows,
+    settled,
+    text_of,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.process]
 
@@ -95,3 +114,115 @@ def test_every_answer_has_the_content_security_policy_and_no_action_answers_a_ge
     assert "<script>" not in answer.body and " onclick=" not in answer.body
     authorised = {"Authorization": f"Bearer {ADMIN_PASSWORD}"}
     assert plain.get("/logout", authorised).status == 405
+
+
+@pytest.fixture
+def admin(visitor: WebDriver, web: WebServer) -> WebDriver:
+    """The module's browser logged in as admin."""
+    login(visitor, web.url, ADMIN_PASSWORD)
+    return visitor
+
+
+@pytest.fixture
+def readonly(visitor: WebDriver, web: WebServer) -> WebDriver:
+    """The module's browser logged in with the read-only password."""
+    login(visitor, web.url, READONLY_PASSWORD)
+    return visitor
+
+
+def _refused(driver: WebDriver, why: str) -> None:
+    """Wait for the 403 page that says ``why``."""
+    wait_until(driver, lambda d: d.find_elements(By.ID, "page-error")
+               and text_of(d, "main h1") == "403", 10, "the action was not refused")
+    assert why in text_of(driver, "#error-message")
+
+
+def test_a_form_with_a_forged_or_missing_csrf_token_is_refused_and_changes_nothing(
+        admin: WebDriver, web: WebServer, rc: redis.Redis) -> None:
+    push(rc, "Record", 1, queue="csrf")
+    push(rc, "Record", 2, queue="csrf")
+    open_page(admin, web, "/queues/csrf", "queue")
+    hold_still(admin)
+    admin.execute_script("document.querySelectorAll('input[name=csrf_token]')"
+                         ".forEach(function (f) { f.value = 'forged-' + f.value; });")
+    press(admin, "main", "pause")
+    _refused(admin, "CSRF")
+    open_page(admin, web, "/queues/csrf", "queue")
+    hold_still(admin)
+    admin.execute_script("document.querySelectorAll('input[name=csrf_token]')"
+                         ".forEach(function (f) { f.remove(); });")
+    press(admin, "main", "clear", confirm=True)
+    _refused(admin, "CSRF")
+    assert not Queue(rc, "csrf").is_paused() and rc.llen("queue:csrf") == 2
+
+
+def test_the_read_only_role_sees_the_buttons_disabled_and_every_action_is_refused(
+        readonly: WebDriver, web: WebServer, live: LiveDaemon, rc: redis.Redis) -> None:
+    jid = push(rc, "Record", "kept", queue="looked-at")
+    open_page(readonly, web, "/queues/looked-at", "queue")
+    assert jid in rows(readonly, "queue-table", "data-jid"), "read-only sees the jobs"
+    buttons = settled(lambda: [(b.get_attribute("name"), b.is_enabled()) for b in
+                               readonly.find_elements(By.CSS_SELECTOR, "main button")])
+    assert buttons and not [name for name, enabled in buttons if enabled], buttons
+    # a visitor who enables the button anyway is refused by the server
+    hold_still(readonly)
+    readonly.execute_script("document.querySelectorAll('main button')"
+                            ".forEach(function (b) { b.disabled = false; });")
+    press(readonly, "main", "pause")
+    _refused(readonly, "read-only")
+    identity = next(m.decode() for m in rc.smembers("processes"))
+    before = _snapshot(rc, "looked-at")
+    plain = Http(web.url)
+    bearer = {"Authorization": f"Bearer {READONLY_PASSWORD}"}
+    assert plain.get("/queues", bearer).status == 200
+    token = plain.cookie("forkq_csrf")
+    for path, fields in (("/queues/pause", {"name": "looked-at"}),
+                         ("/queues/clear", {"name": "looked-at"}),
+                         ("/queues/delete", {"name": "looked-at", "job": jid}),
+                         ("/busy/quiet", {"identity": identity}),
+                         ("/busy/stop", {"all": "1"}),
+                         ("/busy/cancel", {"jid": jid}),
+                         ("/periodic/enqueue", {"name": "browser-nightly"})):
+        answer = plain.post(path, {**fields, "csrf_token": token}, bearer)
+        assert answer.status == 403 and "read-only" in answer.body, (path, answer.status)
+    assert _snapshot(rc, "looked-at") == before
+    assert live.process is not None and live.process.poll() is None, "the daemon still runs"
+
+
+def _snapshot(rc: redis.Redis, queue: str) -> tuple[Any, ...]:
+    """What the refused actions would have changed."""
+    return (rc.lrange(f"queue:{queue}", 0, -1), sorted(rc.smembers("forkq:paused")),
+            [rc.hget(m, "quiet") for m in sorted(rc.smembers("processes"))],
+            [rc.lrange(f"{m.decode()}-signals", 0, -1) for m in sorted(rc.smembers("processes"))],
+            rc.llen("queue:periodic-out"), rc.zcard("dead"), rc.zcard("retry"),
+            rc.zcard("schedule"))
+
+
+def test_a_job_whose_args_are_markup_shows_as_text_and_runs_no_script(
+        admin: WebDriver, web: WebServer, rc: redis.Redis) -> None:
+    admin.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": (
+        "window.__alerts = []; window.alert = function (m) { window.__alerts.push(String(m)); };")})
+    hostile = "<script>alert(1)</script>"
+    jid = push(rc, "Record", hostile, "<img src=x onerror=alert(2)>", queue="xss")
+    queue = "<img src=x onerror=alert(3)>"
+    push(rc, "<b>Bold</b>", hostile, queue=queue)
+    open_page(admin, web, "/queues/xss", "queue")
+    wait_until(admin, lambda d: hostile in text_of(d, f'#queue-table tr[data-jid="{jid}"]'), 10,
+               "the markup is not shown as text")
+    _no_script_ran(admin)
+    open_page(admin, web, "/queues", "queues")
+    assert queue in text_of(admin, "#queues-table")
+    _no_script_ran(admin)
+    open_page(admin, web, "/queues/" + urllib.parse.quote(queue, safe=""), "queue")
+    assert "<b>Bold</b>" in text_of(admin, "#queue-table")
+    _no_script_ran(admin)
+
+
+def _no_script_ran(driver: WebDriver) -> None:
+    """No alert is open, none was called, and the page holds no element a job's value made."""
+    with pytest.raises(NoAlertPresentException):
+        driver.switch_to.alert.text  # noqa: B018 - the property raises when no alert is open
+    assert driver.execute_script("return window.__alerts") == []
+    made = driver.execute_script(
+        "return document.querySelectorAll('main script, main img, main b, [onerror]').length")
+    assert made == 0
