@@ -93,24 +93,42 @@ class JobSet:
     def retry(self, entry: SortedEntry) -> bool:
         """Push it to its queue now with ``retry_count`` one lower (Sidekiq's ``retry``: the
         next failure counts the same attempt again)."""
-        item = self._job(entry, "retry")
-        if isinstance(item.get("retry_count"), int):
-            item["retry_count"] -= 1
-        return self._to_queue(entry, item)
+        return self._run(self._retry_step(entry))
 
     def add_to_queue(self, entry: SortedEntry) -> bool:
         """Push it to its queue now, unchanged but for a fresh ``enqueued_at``."""
-        return self._to_queue(entry, self._job(entry, "add to a queue"))
+        return self._run(self._add_step(entry))
 
     def kill(self, entry: SortedEntry) -> bool:
         """Move it to the dead set, scored now (trimmed as Sidekiq's ``DeadSet#kill``)."""
-        if self.name == keys.DEAD:
-            raise ForkqError(f"job {entry.jid} is already dead")
-        return self._act(entry, "dead", keys.DEAD, entry.raw, "")
+        return self._run(self._kill_step(entry))
 
     def delete(self, entry: SortedEntry) -> bool:
         """Remove it; False if it was no longer in the set."""
-        return self._act(entry, "delete", self.name, b"", "")
+        return self._run(self._delete_step(entry))
+
+    def act_many(self, entries: list[SortedEntry], action: str) -> list[bool | Exception]:
+        """``action`` (``retry``, ``add_to_queue``, ``kill`` or ``delete``) on each entry, in
+        one pipelined round trip; each a separate entry.lua call, so each is atomic on its
+        own and one refusal (not a job, a wrong-typed target key) changes nothing but its own
+        result, which is the exception instead of True/False."""
+        if action not in _STEPS:
+            raise ValueError(f"no such action: {action!r}")
+        build = getattr(self, _STEPS[action])
+        steps: list[Step | Exception] = []
+        for entry in entries:
+            try:
+                steps.append(build(entry))
+            except ForkqError as exc:
+                steps.append(exc)
+        lua = script(self.redis, "entry")
+        with self.redis.pipeline(transaction=False) as pipe:
+            for step in steps:
+                if not isinstance(step, Exception):
+                    lua(keys=step[0], args=step[1], client=pipe)
+            replies = iter(pipe.execute(raise_on_error=False))
+        return [step if isinstance(step, Exception) else _done(next(replies))
+                for step in steps]
 
     def reschedule(self, entry: SortedEntry, at: float) -> bool:
         """Give it a new score (epoch seconds); False if it is no longer in the set."""
@@ -146,19 +164,50 @@ class JobSet:
                              f"{entry.raw[:200]!r}")
         return dict(entry.item)
 
-    def _to_queue(self, entry: SortedEntry, item: dict[str, Any]) -> bool:
-        item["enqueued_at"] = time.time()
-        return self._act(entry, "queue", keys.queue(item["queue"]), wirejson.dumps(item),
-                         item["queue"])
+    def _retry_step(self, entry: SortedEntry) -> Step:
+        item = self._job(entry, "retry")
+        if isinstance(item.get("retry_count"), int):
+            item["retry_count"] -= 1
+        return self._queue_step(entry, item)
 
-    def _act(self, entry: SortedEntry, action: str, target: str, write: str | bytes,
-             queue: str) -> bool:
+    def _add_step(self, entry: SortedEntry) -> Step:
+        return self._queue_step(entry, self._job(entry, "add to a queue"))
+
+    def _kill_step(self, entry: SortedEntry) -> Step:
+        if self.name == keys.DEAD:
+            raise ForkqError(f"job {entry.jid} is already dead")
+        return self._step(entry, "dead", keys.DEAD, entry.raw, "")
+
+    def _delete_step(self, entry: SortedEntry) -> Step:
+        return self._step(entry, "delete", self.name, b"", "")
+
+    def _queue_step(self, entry: SortedEntry, item: dict[str, Any]) -> Step:
+        item["enqueued_at"] = time.time()
+        return self._step(entry, "queue", keys.queue(item["queue"]), wirejson.dumps(item),
+                          item["queue"])
+
+    def _step(self, entry: SortedEntry, action: str, target: str, write: str | bytes,
+              queue: str) -> Step:
+        """The keys and arguments of one entry.lua call."""
         now = time.time()
-        lua = script(self.redis, "entry")
-        done = lua(keys=[self.name, target, keys.QUEUES],
-                      args=[entry.raw, action, write, queue, repr(now),
-                            repr(now - keys.DEAD_TIMEOUT), keys.DEAD_MAX_JOBS])
-        return cast(int, done) == 1
+        return ([self.name, target, keys.QUEUES],
+                [entry.raw, action, write, queue, repr(now), repr(now - keys.DEAD_TIMEOUT),
+                 keys.DEAD_MAX_JOBS])
+
+    def _run(self, step: Step) -> bool:
+        return cast(int, script(self.redis, "entry")(keys=step[0], args=step[1])) == 1
+
+
+_STEPS = {"retry": "_retry_step", "add_to_queue": "_add_step", "kill": "_kill_step",
+          "delete": "_delete_step"}
+"""The actions :meth:`JobSet.act_many` takes, each to the method building its step."""
+
+Step = tuple[list[str], list[Any]]
+"""One entry.lua call: its keys and its arguments."""
+
+
+def _done(reply: Any) -> bool | Exception:
+    return reply if isinstance(reply, Exception) else cast(int, reply) == 1
 
 
 def quoted_jid(jid: str) -> str | None:
