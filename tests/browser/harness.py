@@ -298,14 +298,14 @@ class Http:
                           error.read().decode("utf-8", "replace"))
 
 
-def press(driver: WebDriver, scope: str, name: str, *, confirm: bool = False) -> None:
-    """Click the button ``name`` inside the first element matching the CSS ``scope`` (a table
-    row, say), and accept the confirmation it asks when ``confirm``. A live refresh may
-    replace the row between finding and clicking: then it is found again."""
+def click(driver: WebDriver, css: str, *, confirm: bool = False) -> None:
+    """Click the first element matching ``css``, and accept the confirmation it asks when
+    ``confirm``. A live refresh may replace the element between finding and clicking: then
+    it is found again."""
 
     def attempt(d: WebDriver) -> bool:
         try:
-            found = d.find_elements(By.CSS_SELECTOR, f'{scope} button[name="{name}"]')
+            found = d.find_elements(By.CSS_SELECTOR, css)
             if not found:
                 return False
             found[0].click()
@@ -313,10 +313,16 @@ def press(driver: WebDriver, scope: str, name: str, *, confirm: bool = False) ->
         except (StaleElementReferenceException, ElementClickInterceptedException):
             return False
 
-    wait_until(driver, attempt, 10, f"no button {name!r} in {scope}")
+    wait_until(driver, attempt, 10, f"nothing to click at {css}")
     if confirm:
         wait_until(driver, expected_conditions.alert_is_present(), 5,
-                   f"button {name!r} asked no confirmation").accept()
+                   f"{css} asked no confirmation").accept()
+
+
+def press(driver: WebDriver, scope: str, name: str, *, confirm: bool = False) -> None:
+    """Click the button ``name`` inside the first element matching the CSS ``scope`` (a table
+    row, a form); see :func:`click`."""
+    click(driver, f'{scope} button[name="{name}"]', confirm=confirm)
 
 
 def rows(driver: WebDriver, table: str, attribute: str) -> list[str]:
