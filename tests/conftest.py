@@ -42,7 +42,7 @@ from forkq.tools.driver import DaemonProcess
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
-PROCESS_FIXTURES = frozenset({"daemon", "ops", "hung_server", "password_server"})
+PROCESS_FIXTURES = frozenset({"daemon", "ops", "hung_server", "password_server", "web_cli"})
 PROCESS_MODULES = frozenset({"test_cli", "test_operator_cli", "test_layout"})
 
 

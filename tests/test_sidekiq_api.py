@@ -36,6 +36,7 @@ import redis
 
 import forkq
 from forkq.embedded import EmbeddedServer
+from forkq.metrics.recorder import Recorder, queue_writes
 
 from .conftest import Daemon, attempts, records, until
 from .test_sidekiq_interop import _need_ruby, _run_ruby
@@ -162,6 +163,16 @@ def _queue(r: redis.Redis, queue: str) -> list[str]:
 def _ran(r: redis.Redis, jid: str) -> list[dict[str, Any]]:
     """Every completed run of Record job ``jid``."""
     return [row for row in records(r, "test:ran") if row["jid"] == jid]
+
+
+def _metrics_written(r: redis.Redis) -> bool:
+    """Whether job metrics are in Redis: Sidekiq 7's and 8's ``j|`` hashes (SlowRetry's, by
+    the daemon), histograms (Record's), and ``forkq:metrics:jobs``."""
+    names = {key.decode() for key in r.keys("*")}
+    shapes = [r"j\|20\d{6}\|\d+:\d+", r"j\|\d{6}\|\d+:\d\d", r"j\|\d{6}\|\d+:\d",
+              r"Record-\d\d-\d\d:\d+", r"h\|Record-\d+-\d+:\d+"]
+    return "forkq:metrics:jobs" in names and all(
+        any(re.fullmatch(shape, name) for name in names) for shape in shapes)
 
 
 def _stat(r: redis.Redis, name: str) -> int:
@@ -492,6 +503,16 @@ def test_web_ui_shows_forkq(server: EmbeddedServer, r: redis.Redis,
     # one retry entry with retry_count 1, so the detail page shows "Retry Count" / "Last Retry"
     _api(server, "act", "retry", r1, "add_to_queue")
     until(_refiled(r, "retry", r1, 2), 15, f"forkq did not refile {r1}:\n{s.daemon.log()}")
+    # the job metrics forkq writes (Sidekiq 7.x / 8.x layout, forkq's counters) are in Redis
+    # while 6.4.1 renders every page: the daemon's (its jobs all failed: no histogram), and a
+    # successful run written by the same code, for the histogram keys
+    until(lambda: r.exists("forkq:metrics:jobs"), 10, s.daemon.log)
+    recorder = Recorder()
+    recorder.record(WORK, "Record", 0.025, failed=False)
+    pipe = r.pipeline(transaction=False)
+    queue_writes(pipe, recorder.drain(), time.time())
+    pipe.execute()
+    until(lambda: _metrics_written(r), 10, lambda: f"{r.keys('*')}\n{s.daemon.log()}")
     pages = ["/", "/busy", "/queues", "/queues/held", "/queues/default", f"/queues/{WORK}",
              "/retries", "/scheduled", "/morgue", "/stats", "/stats/queues"]
     got = dict(zip(pages, map(_text, _web(server, *(f"GET {p}" for p in pages))), strict=True))

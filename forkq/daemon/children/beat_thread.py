@@ -31,6 +31,12 @@ stack and job; USR2 reopens the log file. A processor's process title follows it
 on each beat (:meth:`BeatThread.follow_job_in_title`). A Python handler runs only when the
 main thread returns to the interpreter, so a job stuck inside C code gets no
 TTIN dump (its heartbeat stops too if it holds the GIL, and it is culled).
+
+Job metrics ride with the beat: :attr:`BeatThread.metrics` counts the child's jobs in
+memory (:class:`~forkq.metrics.recorder.Recorder`), and each beat that has counts to write
+sends them in the same pipelined round trip as the beat script (one write, one read; the
+beat's EVALSHA first, so a refused metrics key never touches the beat). :meth:`BeatThread.stop`
+writes the last counts.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ import redis
 from forkq import keys
 from forkq.daemon import logs, pipes, process_proof
 from forkq.errors import EXIT_ORPHANED
+from forkq.metrics import recorder
 from forkq.scripts import script
 
 log = logging.getLogger(__name__)
@@ -82,6 +89,7 @@ class BeatThread:
         self._pid = pid
         self._start = process_proof.start_time(pid)  # with the pid, names this process instance
         self._seq = 0
+        self.metrics = recorder.Recorder()  # the jobs of this child, written with each beat
         self._wake_read, self._wake_write = pipes.pipe(nonblocking=True)
         self._stopped = False
         self._dump = False
@@ -105,6 +113,7 @@ class BeatThread:
         self._stopped = True
         self._wake()
         self._thread.join(timeout=INTERVAL + 5)
+        self._send(None)  # the last job metrics
         with contextlib.suppress(redis.RedisError):
             self._redis.hdel(self._key, str(self._pid))
 
@@ -177,6 +186,35 @@ class BeatThread:
             job = {**job, "payload": job["payload"].decode("utf-8", "replace")}
         entry = json.dumps({"at": time.time(), "seq": self._seq, "job": job,
                             "loops": self.loops, "start": self._start})
+        self._send(entry)
+
+    def _send(self, entry: str | None) -> None:
+        """Write the beat ``entry`` (None: none) and the job metrics counted since the last
+        one, in one round trip. A connection error keeps the metrics for the next beat."""
+        batch = self.metrics.drain()
+        if not batch:
+            if entry is not None:
+                self._beat_script(entry)
+            return
+        pipe: Any = self._redis.pipeline(transaction=False)
+        if entry is not None:
+            pipe.execute_command("EVALSHA", self._script.sha, 1, self._key, self._pid, entry,
+                                 keys.PROCESS_TTL)
+        touched = recorder.queue_writes(pipe, batch, time.time())
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except redis.ConnectionError:
+            self.metrics.restore(batch)
+            return
+        except redis.RedisError:  # a timeout: the writes may have landed; not sent again
+            return
+        if entry is not None:
+            if isinstance(replies[0], redis.exceptions.NoScriptError):
+                self._beat_script(entry)  # loads the script, for the next beats too
+            replies = replies[1:]
+        recorder.check_replies(touched, replies)
+
+    def _beat_script(self, entry: str) -> None:
         with contextlib.suppress(redis.RedisError):
             self._script(keys=[self._key], args=[self._pid, entry, keys.PROCESS_TTL])
 

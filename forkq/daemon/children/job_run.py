@@ -12,7 +12,9 @@ unknown class) is buried; an exception of any kind from the middleware or the bo
 (``BaseException``: the one boundary where a job's failure lands) goes through the retry
 policy; its line in the log is followed by its traceback (:data:`FAILURE_LEVELS`).
 ``show`` is told the running job (the heartbeat's ``job`` entry) before the body
-runs and None after.
+runs and None after. Each run through the middleware is counted in ``Runs.metrics`` (its
+queue, class, time and outcome; no I/O), which the heartbeat writes to Redis; a job that
+cannot run is not (as in Sidekiq, whose metrics are a server middleware).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from forkq import results
 from forkq.daemon.children import coroutines, failures
 from forkq.daemon.children.fetch import Fetched
 from forkq.errors import JobError
+from forkq.metrics.recorder import Recorder, job_class
 from forkq.middleware import JobContext, ServerChain, running
 from forkq.registry import JobSpec, Registry
 
@@ -54,6 +57,7 @@ class Runs:
     job_timeout: float  # the ``job_timeout`` setting, for jobs without their own
     rng: random.Random
     redis: Any  # the processor's client: results of jobs with ``result_ttl``
+    metrics: Recorder | None = None  # the heartbeat's: counts each run
 
 
 def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
@@ -78,6 +82,7 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
             value = runs.middleware.run(context, lambda: coroutines.perform(
                 lambda: spec.call(payload), runs.coroutine_runner, limit))
     except BaseException as exc:  # the one boundary where any job failure lands
+        _count(runs, fetched.queue, payload, time.monotonic() - started, failed=True)
         failure = failures.plan(payloads.decode(fetched.raw), exc, max_retries=runs.max_retries,
                                 rng=runs.rng, now=time.time(), retry_in=spec.options.retry_in)
         log.log(FAILURE_LEVELS[failure.mode], "%s jid=%s fail: %.3f sec: %s: %s -> %s",
@@ -90,10 +95,17 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
         return failure
     finally:
         show(None)
+    _count(runs, fetched.queue, payload, time.monotonic() - started, failed=False)
     log.info("%s jid=%s done: %.3f sec", context.name, context.jid, time.monotonic() - started)
     if keep:
         _keep(context, lambda: results.store_value(runs.redis, context.jid, value, keep))
     return None
+
+
+def _count(runs: Runs, queue: str, payload: payloads.Payload, seconds: float, *,
+           failed: bool) -> None:
+    if runs.metrics is not None:
+        runs.metrics.record(queue, job_class(payload), seconds, failed=failed)
 
 
 def _keep(context: JobContext, store: Callable[[], str | None]) -> None:

@@ -175,7 +175,7 @@ class Lanes:
         self._runs = job_run.Runs(self.registry, self.middleware, self._loop.run,
                                   max_retries=self.config.max_retries,
                                   job_timeout=self.config.job_timeout, rng=random.Random(),
-                                  redis=self.redis)
+                                  redis=self.redis, metrics=self._beat.metrics)
         hooks.run("child_boot", strict=True)
 
     def _register(self) -> None:

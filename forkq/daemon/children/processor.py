@@ -163,7 +163,7 @@ class Processor:
         self._runs = job_run.Runs(self.registry, self.middleware, self._loop.run,
                                   max_retries=self.config.max_retries,
                                   job_timeout=self.config.job_timeout, rng=self._rng,
-                                  redis=self.redis)
+                                  redis=self.redis, metrics=self._beat.metrics)
         self._armed = False
         self._registered = False
         hooks.run("child_boot", strict=True)

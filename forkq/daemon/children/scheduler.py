@@ -12,6 +12,7 @@ leader's term has three phases:
    jobs
    of dead processes (:mod:`forkq.daemon.children.orphans`); enqueue due periodic ticks
    (:mod:`forkq.daemon.children.periodic`). Every one of those scripts checks the lease token;
+   once a minute, sample every queue's size and latency (:mod:`forkq.metrics.sampler`);
 3. **hand over** (:meth:`Scheduler._hand_over`): on quiet, stop, reload or the
    master's death, release the lease so a follower takes it at once.
 
@@ -46,6 +47,7 @@ from forkq.daemon.children.lease import Lease, LeaseLostError
 from forkq.daemon.children.queuewatch import QueueWatch
 from forkq.daemon.outage import Outage
 from forkq.daemon.refusal import Recurring, describe
+from forkq.metrics import layout, sampler
 from forkq.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,7 @@ class Scheduler:
         self._next_renew = 0.0  # monotonic
         self._next_sweep = 0.0  # monotonic
         self._next_tick = 0.0  # epoch: when a periodic job is next due
+        self._next_sample = 0.0  # epoch: when the queues are next sampled (once a minute)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -162,6 +165,10 @@ class Scheduler:
             self._next_sweep = now + self.config.orphan_sweep_interval
         if self.config.periodic and wall >= self._next_tick:
             self._periodic(wall)
+        if wall >= self._next_sample:
+            self._token()
+            sampler.sample(self.redis, wall)
+            self._next_sample = layout.minute_of(wall) + 60
         return self._sleep(now, wall, earliest)
 
     def _sweep_time(self) -> float:
@@ -177,7 +184,8 @@ class Scheduler:
         return self.lease.token
 
     def _sleep(self, now: float, wall: float, earliest: float | None) -> float:
-        wake = [MAX_SLEEP, self._next_renew - now, self._sweep_time() - now]
+        wake = [MAX_SLEEP, self._next_renew - now, self._sweep_time() - now,
+                self._next_sample - wall]
         if self.config.periodic:
             wake.append(self._next_tick - wall)
         if earliest is not None:

@@ -1,0 +1,252 @@
+"""The Prometheus exposition of the whole cluster, read from Redis (``GET /metrics`` of
+``forkq web``): one scrape target sees every daemon that shares the Redis.
+
+Series (the README's "Metrics and Prometheus" lists them too):
+
+- ``forkq_jobs_processed_total{queue,job_class}`` counter — job runs (failures included),
+  ``forkq_jobs_failed_total{queue,job_class}`` counter — failed runs, and
+  ``forkq_job_runtime_seconds{queue,job_class}`` histogram — every run's duration, on
+  Sidekiq's bucket edges (20 ms … 335 s): from ``forkq:metrics:jobs``, all time;
+- ``forkq_processed_total`` / ``forkq_failed_total`` counters — Sidekiq's ``stat:processed``
+  / ``stat:failed`` (every Sidekiq-compatible process, Ruby too);
+- ``forkq_queue_size{queue}``, ``forkq_queue_latency_seconds{queue}``,
+  ``forkq_queue_paused{queue}`` gauges — now, for each queue in ``queues``;
+- ``forkq_scheduled_jobs``, ``forkq_retry_jobs``, ``forkq_dead_jobs`` gauges — set sizes;
+- ``forkq_processes``, ``forkq_processors``, ``forkq_processors_busy`` gauges — live
+  daemons, their concurrency and busy processors, and per daemon
+  ``forkq_process_concurrency`` / ``forkq_process_busy`` / ``forkq_process_leader``
+  ``{identity,hostname,tag}``; ``forkq_leader`` — 1 when a scheduler leader holds office;
+- ``forkq_metrics_skipped_keys`` gauge — keys this scrape skipped (the wrong type).
+
+Bounded work: three pipelined round trips, whatever the keyspace: the registered sets
+(``queues``, ``processes``, ``forkq:paused``) and ``forkq:metrics:jobs``, then each listed
+queue (``LLEN``, ``LINDEX -1``; at most :data:`~forkq.metrics.sampler.MAX_QUEUES`) and each
+listed process (``HMGET``). Never ``KEYS`` or ``SCAN``. A key of the wrong type is skipped,
+counted and logged; the rest is exposed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from forkq import keys
+from forkq.metrics import layout, sampler
+from forkq.metrics.report import skipped
+from forkq.ops.processes import FIELDS, Process
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE: str = CONTENT_TYPE_LATEST
+SERIES = ("queue", "job_class")
+PROCESS = ("identity", "hostname", "tag")
+
+
+def exposition(client: redis.Redis) -> bytes:
+    """The text exposition (``CONTENT_TYPE``) of the cluster behind ``client``, read now."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ClusterCollector(client))
+    return generate_latest(registry)
+
+
+@dataclass
+class Snapshot:
+    """What one scrape read."""
+
+    jobs: dict[tuple[str, str], dict[str, int]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    queues: dict[str, tuple[int, float]] = field(default_factory=dict)
+    paused: set[str] = field(default_factory=set)
+    processes: list[Process] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+    leader: bool = False
+    skipped: int = 0
+
+
+class ClusterCollector(Collector):
+    """Reads Redis on each :meth:`collect` (one scrape) and yields every series."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._redis = client
+
+    def collect(self) -> Iterator[Metric]:
+        snap = read(self._redis, time.time())
+        yield from _job_series(snap)
+        yield from _queue_series(snap)
+        yield from _process_series(snap)
+        yield from _totals(snap)
+
+
+def read(client: redis.Redis, now: float) -> Snapshot:
+    """One scrape's reads, in three round trips."""
+    snap = Snapshot()
+    first: Any = client.pipeline(transaction=False)
+    first.smembers(keys.QUEUES)
+    first.smembers(keys.PROCESSES)
+    first.smembers(keys.PAUSED)
+    first.hgetall(layout.JOBS)
+    for name in (keys.STAT_PROCESSED, keys.STAT_FAILED):
+        first.get(name)
+    for name in (keys.SCHEDULE, keys.RETRY, keys.DEAD):
+        first.zcard(name)
+    first.exists(keys.LEADER)
+    names = (keys.QUEUES, keys.PROCESSES, keys.PAUSED, layout.JOBS, keys.STAT_PROCESSED,
+             keys.STAT_FAILED, keys.SCHEDULE, keys.RETRY, keys.DEAD, keys.LEADER)
+    replies = [_checked(snap, name, reply)
+               for name, reply in zip(names, first.execute(raise_on_error=False), strict=True)]
+    queues, processes, paused, jobs, processed, failed, *sizes, leader = replies
+    snap.paused = {_text(name) for name in paused or ()}
+    _read_jobs(snap, jobs or {})
+    snap.stats = {"processed": _int(processed), "failed": _int(failed),
+                  **dict(zip(("scheduled", "retry", "dead"), map(_int, sizes), strict=True))}
+    snap.leader = bool(leader)
+    listed = sorted(_text(name) for name in queues or ())[:sampler.MAX_QUEUES]
+    snap.queues = sampler.sizes_and_latencies(client, listed, now)
+    snap.skipped += len(listed) - len(snap.queues)
+    snap.processes = _read_processes(snap, client, sorted(_text(i) for i in processes or ()))
+    return snap
+
+
+def _read_jobs(snap: Snapshot, jobs: dict[Any, Any]) -> None:
+    for raw_field, value in jobs.items():
+        parsed = layout.parse_series_field(raw_field)
+        count = _strict_int(value)
+        if parsed is None or count is None:
+            snap.skipped += 1
+            skipped(log, layout.JOBS, f"field {raw_field!r} is not a metric")
+            continue
+        queue, klass, metric = parsed
+        snap.jobs[(queue, klass)][metric] += count
+
+
+def _read_processes(snap: Snapshot, client: redis.Redis, identities: list[str]) -> list[Process]:
+    pipe: Any = client.pipeline(transaction=False)
+    for identity in identities:
+        pipe.hmget(identity, list(FIELDS))
+    pipe.get(keys.DEAR_LEADER)
+    *records, leader = pipe.execute(raise_on_error=False) if identities else [None]
+    leader_identity = "" if isinstance(leader, Exception) or leader is None else _text(leader)
+    found = []
+    for identity, values in zip(identities, records, strict=True):
+        if _checked(snap, identity, values) is None or values[0] is None:
+            continue  # expired: the process is gone
+        found.append(Process.from_hash(identity, values, leader=leader_identity))
+    return found
+
+
+def _checked(snap: Snapshot, key: str, reply: Any) -> Any:
+    """``reply``, or None when Redis refused it (counted and logged)."""
+    if isinstance(reply, redis.ResponseError):
+        snap.skipped += 1
+        skipped(log, key, str(reply))
+        return None
+    return reply
+
+
+def _job_series(snap: Snapshot) -> Iterator[Metric]:
+    processed = CounterMetricFamily("forkq_jobs_processed", "Job runs, failures included.",
+                                    labels=SERIES)
+    failed = CounterMetricFamily("forkq_jobs_failed", "Job runs that failed.", labels=SERIES)
+    runtime = HistogramMetricFamily("forkq_job_runtime_seconds",
+                                    "Duration of job runs, failures included.", labels=SERIES)
+    for (queue, klass), metrics in sorted(snap.jobs.items()):
+        labels = [queue, klass]
+        processed.add_metric(labels, metrics.get("p", 0))
+        failed.add_metric(labels, metrics.get("f", 0))
+        runtime.add_metric(labels, _buckets(metrics), metrics.get("us", 0) / 1e6)
+    yield from (processed, failed, runtime)
+
+
+def _buckets(metrics: dict[str, int]) -> list[tuple[str, float]]:
+    """Cumulative ``le`` buckets from the per-bucket counts ``b0`` … ``b25``."""
+    out: list[tuple[str, float]] = []
+    total = 0
+    for index in range(layout.BUCKETS):
+        total += metrics.get(f"b{index}", 0)
+        edge = layout.EDGES_MS[index] / 1000 if index < len(layout.EDGES_MS) else None
+        out.append((f"{edge:g}" if edge is not None else "+Inf", total))
+    return out
+
+
+def _queue_series(snap: Snapshot) -> Iterator[Metric]:
+    size = GaugeMetricFamily("forkq_queue_size", "Jobs waiting in the queue.", labels=["queue"])
+    latency = GaugeMetricFamily("forkq_queue_latency_seconds",
+                                "How long the oldest job of the queue has waited.",
+                                labels=["queue"])
+    paused = GaugeMetricFamily("forkq_queue_paused", "1 when the queue is paused.",
+                               labels=["queue"])
+    for name, (count, waited) in sorted(snap.queues.items()):
+        size.add_metric([name], count)
+        latency.add_metric([name], waited)
+        paused.add_metric([name], 1 if name in snap.paused else 0)
+    yield from (size, latency, paused)
+
+
+def _process_series(snap: Snapshot) -> Iterator[Metric]:
+    families = {
+        "concurrency": GaugeMetricFamily("forkq_process_concurrency",
+                                         "Processors of one daemon.", labels=PROCESS),
+        "busy": GaugeMetricFamily("forkq_process_busy", "Busy processors of one daemon.",
+                                  labels=PROCESS),
+        "leader": GaugeMetricFamily("forkq_process_leader",
+                                    "1 for the daemon whose scheduler is the leader.",
+                                    labels=PROCESS),
+    }
+    for process in snap.processes:
+        labels = [process.identity, process.hostname, str(process.info.get("tag") or "")]
+        families["concurrency"].add_metric(labels, process.concurrency)
+        families["busy"].add_metric(labels, process.busy)
+        families["leader"].add_metric(labels, 1 if process.leader else 0)
+    yield from families.values()
+    yield GaugeMetricFamily("forkq_processes", "Live daemons.", value=len(snap.processes))
+    yield GaugeMetricFamily("forkq_processors", "Processors of every live daemon.",
+                            value=sum(p.concurrency for p in snap.processes))
+    yield GaugeMetricFamily("forkq_processors_busy", "Busy processors of every live daemon.",
+                            value=sum(p.busy for p in snap.processes))
+    yield GaugeMetricFamily("forkq_leader", "1 when a scheduler leader holds office.",
+                            value=1 if snap.leader else 0)
+
+
+def _totals(snap: Snapshot) -> Iterator[Metric]:
+    yield CounterMetricFamily("forkq_processed", "Sidekiq's stat:processed (every process).",
+                              value=snap.stats["processed"])
+    yield CounterMetricFamily("forkq_failed", "Sidekiq's stat:failed (every process).",
+                              value=snap.stats["failed"])
+    for name in ("scheduled", "retry", "dead"):
+        yield GaugeMetricFamily(f"forkq_{name}_jobs", f"Jobs in the {name} set.",
+                                value=snap.stats[name])
+    yield GaugeMetricFamily("forkq_metrics_skipped_keys",
+                            "Keys this scrape skipped: the wrong type or unreadable.",
+                            value=snap.skipped)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _strict_int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (ValueError, TypeError):
+        return None
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value) if value is not None else 0
+    except (ValueError, TypeError):
+        return 0

@@ -1,0 +1,205 @@
+"""Job metrics: recorded by every processor child, written with its heartbeat in the key layout
+of Sidekiq 7.x and 8.x metrics and in forkq's own counters (``forkq:metrics:jobs``); queue
+samples by the scheduler leader; the read API (:mod:`forkq.metrics.query`) and the
+Prometheus exposition (:mod:`forkq.metrics.prometheus`) of a cluster of two daemons.
+
+The layout checks mirror what Sidekiq's own readers compute, with Ruby's ``strftime`` and
+redis-rb, in ``tests/ruby/metrics_query.rb``, whose header cites the source lines.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Any
+
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+
+from forkq.client import Client
+from forkq.embedded import EmbeddedServer
+from forkq.metrics import layout, prometheus, query, sampler
+from forkq.metrics.recorder import Recorder, queue_writes
+
+from .conftest import Daemon, records, until
+from .test_sidekiq_interop import _run_ruby
+
+RUNS = 7  # Record jobs
+FAILS = 3  # Boom jobs, retry: false (dropped, counted failed)
+
+
+def _push_work(r: redis.Redis, queue: str = "default", runs: int = RUNS,
+               fails: int = FAILS) -> list[str]:
+    client = Client(r)
+    jids = [client.push({"class": "Record", "args": [n], "queue": queue}) for n in range(runs)]
+    jids += [client.push({"class": "Boom", "args": ["no"], "queue": queue, "retry": False})
+             for _ in range(fails)]
+    return [jid for jid in jids if jid is not None]
+
+
+def _forkq_counts(r: redis.Redis) -> dict[tuple[str, str, str], int]:
+    found = {}
+    for raw_field, value in r.hgetall(layout.JOBS).items():
+        parsed = layout.parse_series_field(raw_field)
+        assert parsed is not None, raw_field
+        found[parsed] = int(value)
+    return found
+
+
+def _sums(r: redis.Redis, pattern: str) -> Counter[str]:
+    """The ``j|…`` hashes matching ``pattern`` (a test may straddle a minute), summed."""
+    total: Counter[str] = Counter()
+    for key in r.keys(pattern):
+        total.update({k.decode(): int(v) for k, v in r.hgetall(key).items()})
+    return total
+
+
+def _done(r: redis.Redis, d: Daemon, queue: str, runs: int, fails: int) -> None:
+    def settled() -> bool:
+        counts = _forkq_counts(r)
+        return (counts.get((queue, "Record", "p")) == runs
+                and counts.get((queue, "Boom", "f")) == fails)
+    until(settled, 20, lambda: f"{_forkq_counts(r)}\n{d.log()}")
+
+
+def test_a_daemon_writes_the_sidekiq_7_and_8_keys_and_forkq_counters(
+        r: redis.Redis, daemon: Any) -> None:
+    d = daemon("concurrency: 2\nrequire: jobs\n")
+    _push_work(r)
+    until(lambda: len(records(r)) == RUNS, 15, lambda: d.log())
+    _done(r, d, "default", RUNS, FAILS)
+    d.stop(timeout=10)  # the last counts are written on the way out: nothing more may come
+    counts = _forkq_counts(r)
+    assert counts[("default", "Record", "p")] == RUNS
+    assert ("default", "Record", "f") not in counts
+    assert counts[("default", "Boom", "p")] == FAILS == counts[("default", "Boom", "f")]
+    for klass, runs in (("Record", RUNS), ("Boom", FAILS)):
+        buckets = sum(v for (q, k, m), v in counts.items() if k == klass and m.startswith("b"))
+        assert buckets == runs
+        assert counts[("default", klass, "us")] >= 0
+    for pattern in ("j|20[0-9][0-9][0-9][0-9][0-9][0-9]|*", "j|[0-9][0-9][0-9][0-9][0-9][0-9]|*:??",
+                    "j|[0-9][0-9][0-9][0-9][0-9][0-9]|*:?"):
+        sums = _sums(r, pattern)
+        assert sums["Record|p"] == RUNS and sums["Record|f"] == 0, (pattern, sums)
+        assert sums["Boom|p"] == FAILS == sums["Boom|f"], (pattern, sums)
+        assert "Boom|ms" not in sums and "Record|ms" in sums
+    ttls = {key.decode(): r.ttl(key) for key in r.keys("j|*")}
+    for key, ttl in ttls.items():
+        short = len(key.split("|")[1]) == 8 or len(key.rsplit(":", 1)[1]) == 2
+        assert (0 < ttl <= layout.SHORT_TERM) if short else (layout.SHORT_TERM < ttl
+                                                             <= layout.MID_TERM), (key, ttl)
+    hist = query.histogram(r, "Record", 5)
+    assert sum(count for _, count in hist) == RUNS and hist[0][0] == "<= 20 ms"
+    assert query.histogram(r, "Boom", 5) == [(label, 0) for label in query.bucket_labels()]
+    rows = {row.name: row for row in query.job_classes(r, 60)}
+    assert (rows["Record"].executions, rows["Record"].failures) == (RUNS, 0)
+    assert (rows["Boom"].executions, rows["Boom"].failures) == (FAILS, FAILS)
+    assert rows["Boom"].total_seconds == 0 and rows["Boom"].avg_ms == 0
+
+
+def test_sidekiqs_readers_find_what_forkq_wrote(r: redis.Redis, server: EmbeddedServer) -> None:
+    """The flush of one beat, read back as Sidekiq 7.3 and 8.1 read it (Ruby's strftime and
+    redis-rb, tests/ruby/metrics_query.rb): the same totals and histogram, for both."""
+    recorder = Recorder()
+    for seconds in (0.001, 0.019, 0.020, 0.250, 4.0, 400.0):
+        recorder.record("default", "App::HardJob", seconds, failed=False)
+    recorder.record("low", "App::HardJob", 0.5, failed=True)
+    now = time.time()
+    pipe = r.pipeline(transaction=False)
+    queue_writes(pipe, recorder.drain(), now)
+    assert not [reply for reply in pipe.execute() if isinstance(reply, Exception)]
+    read = json.loads(_run_ruby("metrics_query.rb", str(now), "App::HardJob", server=server))
+    # Sidekiq's Histogram#record_time: bucket i counts runs of fewer than EDGES_MS[i] ms
+    expected_hist = [0] * layout.BUCKETS
+    for index in (0, 0, 1, 7, 14, 25):
+        expected_hist[index] += 1
+    wanted = {"p": 7, "f": 1, "ms": 1 + 19 + 20 + 250 + 4000 + 400000}
+    for version in ("7", "8"):
+        assert read[version]["for_job"] == read[version]["top_jobs"] == wanted, (version, read)
+        assert read[version]["hist"] == expected_hist, (version, read)
+    assert read["8"]["ten_minutes"] == wanted, read
+    ours = query.histogram(r, "App::HardJob", 1, now)
+    assert [count for _, count in ours] == expected_hist
+
+
+def test_hostile_metrics_keys_do_not_stop_the_beat_the_readers_or_the_exposition(
+        r: redis.Redis, daemon: Any) -> None:
+    now = time.time()
+    r.set(layout.jobs8(now), "not a hash")
+    r.set(layout.jobs8(now + 60), "not a hash")
+    r.set(layout.JOBS, "not a hash")
+    r.lpush(layout.queue_samples(layout.minute_of(now)), "not a hash")
+    r.hset(layout.jobs7(now), mapping={"nopipe": "1", "X|p": "many"})
+    r.set("queue:weird", "a string")
+    r.sadd("queues", "weird")
+    d = daemon("concurrency: 1\nrequire: jobs\n")
+    _push_work(r, runs=2, fails=0)
+    until(lambda: len(records(r)) == 2, 15, lambda: d.log())
+    # the beats go on (its entry refreshed), and the 7.x key took its counts
+    def written() -> int:
+        return sum(int(r.hget(key, "Record|p") or 0) for key in r.keys("j|20*"))
+    until(lambda: written() == 2, 10, lambda: d.log())
+    until(lambda: "job metrics not written" in d.log(), 10, lambda: d.log())
+    assert query.job_classes(r, 5) == []
+    assert query.queue_series(r, "default", 5) == []
+    assert sampler.sample(r, time.time()) in (0, 1)
+    text = prometheus.exposition(r).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["forkq_metrics_skipped_keys"].samples[0].value >= 2
+    assert "weird" not in {s.labels.get("queue") for s in families["forkq_queue_size"].samples}
+    assert d.alive()
+
+
+def test_the_leader_samples_each_queue_once_a_minute(r: redis.Redis, daemon: Any) -> None:
+    Client(r).push({"class": "Record", "args": [1], "queue": "waiting"})
+    d = daemon("concurrency: 1\nrequire: jobs\n")
+    until(lambda: query.queue_series(r, "waiting", 2), 15, lambda: d.log())
+    (point,) = query.queue_series(r, "waiting", 2)
+    assert point.size == 1 and 0 <= point.latency < 30
+    assert point.at == layout.minute_of(point.at) and abs(point.at - time.time()) < 120
+    key = layout.queue_samples(point.at)
+    assert 0 < r.ttl(key) <= layout.QUEUE_SAMPLES_TTL
+
+
+def test_the_exposition_of_two_daemons_counts_the_work_of_both(
+        r: redis.Redis, daemon: Any) -> None:
+    one = daemon("concurrency: 2\nrequire: jobs\ntag: east\nqueues: [east]\n")
+    two = daemon("concurrency: 3\nrequire: jobs\ntag: west\nqueues: [west]\n")
+    east = _push_work(r, "east", runs=4, fails=1)
+    west = _push_work(r, "west", runs=5, fails=2)
+    Client(r).push({"class": "Record", "args": [0], "queue": "idle"})
+    until(lambda: len(records(r)) == 9, 20, lambda: one.log() + two.log())
+    ran = Counter(row["queue"] for row in records(r))
+    assert ran == {"east": 4, "west": 5}
+    _done(r, one, "east", 4, 1)
+    _done(r, two, "west", 5, 2)
+    text = prometheus.exposition(r).decode()
+    assert prometheus.CONTENT_TYPE.startswith("text/plain")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted(labels.items())))]
+
+    for queue, runs, fails in (("east", 4, 1), ("west", 5, 2)):
+        assert value("forkq_jobs_processed_total", queue=queue, job_class="Record") == runs
+        assert value("forkq_jobs_processed_total", queue=queue, job_class="Boom") == fails
+        assert value("forkq_jobs_failed_total", queue=queue, job_class="Boom") == fails
+        assert value("forkq_jobs_failed_total", queue=queue, job_class="Record") == 0
+        assert value("forkq_job_runtime_seconds_count", queue=queue, job_class="Record") == runs
+        assert value("forkq_job_runtime_seconds_bucket", queue=queue, job_class="Record",
+                     le="+Inf") == runs
+        assert value("forkq_queue_size", queue=queue) == 0
+    assert value("forkq_queue_size", queue="idle") == 1
+    assert value("forkq_queue_latency_seconds", queue="idle") > 0
+    assert value("forkq_processes") == 2 and value("forkq_processors") == 5
+    assert value("forkq_processed_total") == 12 and value("forkq_failed_total") == 3
+    assert value("forkq_dead_jobs") == 0 and value("forkq_retry_jobs") == 0
+    tags = {dict(labels)["tag"]: v for (name, labels), v in samples.items()
+            if name == "forkq_process_concurrency"}
+    assert tags == {"east": 2, "west": 3}
+    until(lambda: b"forkq_leader 1.0" in prometheus.exposition(r), 15)
+    leaders = [v for (name, _), v in samples.items() if name == "forkq_process_leader"]
+    assert sorted(leaders) in ([0, 0], [0, 1])
+    assert east and west

@@ -1,0 +1,391 @@
+"""The dashboard over HTTP (the WSGI app served in-thread on a real socket, the real session
+Redis, a real daemon where processes matter): every page shows the live data, every button
+acts (checked in Redis), and the security rules hold (CSRF, roles, login, headers, escaping,
+no action by GET)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from forkq import cron, keys
+from forkq.client import Client
+from forkq.embedded import EmbeddedServer
+from forkq.errors import ConfigError
+from forkq.metrics import layout
+from forkq.web import Auth, make_app
+
+from .conftest import records, until
+from .web_client import Browser, serve
+
+ADMIN, READER = "s3cret-admin", "s3cret-reader"
+XSS = "<script>alert(1)</script>"
+
+
+@pytest.fixture
+def web(server: EmbeddedServer, r: redis.Redis) -> Iterator[Callable[..., Browser]]:
+    """Factory: ``web(auth=None, **make_app options)`` serves a new app; a Browser for it."""
+    with contextlib.ExitStack() as stack:
+
+        def start(auth: Auth | None = None, wrap: Callable[[Any], Any] | None = None,
+                  **options: Any) -> Browser:
+            app = make_app(server.url, auth=auth or Auth(),
+                           allow_anonymous=auth is None, **options)
+            return Browser(stack.enter_context(serve(wrap(app) if wrap else app)))
+
+        yield start
+
+
+def _push(r: redis.Redis, queue: str, *args: Any, klass: str = "Record") -> str:
+    jid = Client(r).push({"class": klass, "args": list(args), "queue": queue})
+    assert jid
+    return jid
+
+
+# --- pages show the data ----------------------------------------------------------------
+
+
+def test_dashboard_shows_totals_history_and_redis_facts(web: Any, r: redis.Redis) -> None:
+    r.set("stat:processed", 1234)
+    r.set("stat:failed", 56)
+    r.set(keys.daily("stat:processed", keys.utc_date()), 77)
+    _push(r, "default", 1)
+    r.zadd("dead", {json.dumps({"class": "X", "jid": "d" * 24}): time.time()})
+    page = web().get("/")
+    assert page.status == 200
+    assert 'id="page-dashboard"' in page.body
+    assert 'id="stat-processed" data-value="1234"' in page.body
+    assert 'id="stat-failed" data-value="56"' in page.body
+    assert '<div class="value" id="stat-enqueued">1</div>' in page.body
+    assert '<div class="value" id="stat-dead">1</div>' in page.body
+    assert "77" in page.row("data-date", keys.utc_date())
+    assert 'data-fact="redis_version"' in page.body and 'data-fact="connected_clients"' in page.body
+    assert 'id="throughput-chart"' in page.body
+    assert len(web().get("/?days=30").body.split("data-date=")) - 1 == 30
+
+
+def test_every_response_carries_the_security_headers_and_assets_are_shipped(web: Any) -> None:
+    browser = web()
+    page = browser.get("/")
+    csp = page.header("Content-Security-Policy")
+    assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    assert "form-action 'self'" in csp
+    assert page.header("X-Content-Type-Options") == "nosniff"
+    assert page.header("X-Frame-Options") == "DENY"
+    assert page.header("Cache-Control") == "no-store"
+    assert "<script>" not in page.body and " style=" not in page.body, "no inline script/style"
+    for asset in ("/static/forkq.js", "/static/forkq.css", "/static/favicon.svg"):
+        assert f'"{asset}"' in page.body
+        got = browser.get(asset)
+        assert got.status == 200 and got.body, asset
+        assert "default-src 'self'" in got.header("Content-Security-Policy")
+    assert browser.get("/static/../app.py").status == 404
+    assert browser.get("/static/nope.js").status == 404
+
+
+def test_busy_page_shows_processes_and_running_jobs_and_its_buttons_act(
+        web: Any, r: redis.Redis, daemon: Any) -> None:
+    d = daemon("concurrency: 2\nrequire: jobs\ntag: webtest\n")
+    gated = _push(r, "default", "g1", 60, klass="Gate")
+    until(lambda: records(r, "test:started"), 20, lambda: d.log())
+    browser = web()
+
+    def busy_page() -> Any:
+        return browser.get("/busy")
+
+    until(lambda: f'data-jid="{gated}"' in busy_page().body, 15)
+    page = busy_page()
+    identity = next(i.decode() for i in r.smembers("processes"))
+    row = page.row("data-identity", identity)
+    assert "webtest" in row and f">{d.pid}<" in row
+    assert '<td class="num">2</td>' in row  # concurrency
+    assert "leader" in row
+    work = page.row("data-jid", gated)
+    assert "Gate" in work and "g1" in work
+    # cancel the running job: its processor is killed, the job filed to dead
+    done = browser.post("/busy/cancel", {"jid": gated})
+    assert done.status == 303
+    until(lambda: any(json.loads(m).get("jid") == gated for m in r.zrange("dead", 0, -1)), 15,
+          lambda: d.log())
+    # quiet the process: the remote signal is queued, the process goes quiet at its beat
+    assert browser.post("/busy/quiet", {"identity": identity}).status == 303
+    until(lambda: r.hget(identity, "quiet") == b"true", 15, lambda: d.log())
+    assert "quiet" in busy_page().row("data-identity", identity)
+    # stop it: the daemon exits
+    assert browser.post("/busy/stop", {"identity": identity}).status == 303
+    until(lambda: not d.alive(), 30, lambda: d.log())
+
+
+def test_queues_page_and_its_actions(web: Any, r: redis.Redis) -> None:
+    for n in range(3):
+        _push(r, "mail", n)
+    _push(r, "reports", 1)
+    r.sadd(keys.PAUSED, "reports")
+    browser = web()
+    page = browser.get("/queues")
+    assert 'id="page-queues"' in page.body
+    mail = page.row("data-queue", "mail")
+    assert '<td class="num" data-field="size">3</td>' in mail
+    assert "paused" not in mail
+    assert "paused" in page.row("data-queue", "reports")
+    # pause, resume
+    assert browser.post("/queues/pause", {"name": "mail"}).status == 303
+    assert r.sismember(keys.PAUSED, "mail")
+    assert "paused" in browser.get("/queues").row("data-queue", "mail")
+    browser.post("/queues/resume", {"name": "reports"})
+    assert not r.sismember(keys.PAUSED, "reports")
+    # clear
+    done = browser.post("/queues/clear", {"name": "reports"})
+    assert done.status == 303 and done.header("Location") == "/queues"
+    assert not r.exists("queue:reports") and not r.sismember("queues", "reports")
+    flashed = browser.get("/queues")
+    assert "cleared reports: 1 jobs dropped" in flashed.body
+    assert "cleared reports" not in browser.get("/queues").body, "a flash shows once"
+
+
+def test_a_queue_page_pages_its_jobs_and_deletes_one_by_its_bytes(web: Any,
+                                                                   r: redis.Redis) -> None:
+    jids = [_push(r, "bulk", n) for n in range(60)]  # newest (jids[-1]) at the left end
+    browser = web()
+    first = browser.get("/queues/bulk")
+    assert first.status == 200 and 'id="page-queue"' in first.body
+    assert first.has_row("data-jid", jids[-1]) and not first.has_row("data-jid", jids[-26])
+    second = browser.get("/queues/bulk?page=2")
+    assert second.has_row("data-jid", jids[-26]) and second.has_row("data-jid", jids[-50])
+    assert not second.has_row("data-jid", jids[-1])
+    assert browser.get("/queues/bulk?page=3").has_row("data-jid", jids[0])
+    assert browser.get("/queues/bulk?page=99").has_row("data-jid", jids[0]), "clamped"
+    member = r.lindex("queue:bulk", 5)
+    assert member is not None and json.loads(member)["jid"] == jids[-6]
+    done = browser.post("/queues/delete", {"name": "bulk", "job": base64.b64encode(member),
+                                           "back": "queue"})
+    assert done.status == 303 and done.header("Location") == "/queues/bulk"
+    assert r.llen("queue:bulk") == 59
+    assert jids[-6] not in [json.loads(m)["jid"] for m in r.lrange("queue:bulk", 0, -1)]
+    again = browser.post("/queues/delete", {"name": "bulk", "job": base64.b64encode(member)})
+    assert again.status == 303 and r.llen("queue:bulk") == 59
+    assert "no longer in bulk" in browser.get("/queues").body
+
+
+def test_a_queue_name_with_a_slash_and_odd_characters(web: Any, r: redis.Redis) -> None:
+    jid = _push(r, "team/a b%2F&c", 1)
+    browser = web()
+    listing = browser.get("/queues")
+    assert 'href="/queues/team%2Fa%20b%252F%26c"' in listing.body
+    page = browser.get("/queues/team%2Fa%20b%252F%26c")
+    assert page.has_row("data-jid", jid), page.main()
+
+
+def test_periodic_page_lists_entries_and_enqueues_now(web: Any, r: redis.Redis) -> None:
+    entries = cron.read_entries([
+        {"name": "nightly", "cron": "0 3 * * *", "class": "Record", "args": ["eu"],
+         "timezone": "Europe/Berlin", "queue": "reports"},
+        {"name": "often", "cron": "*/5 * * * *", "class": "Record"}])
+    r.hset(keys.PERIODIC, mapping={"nightly": time.time() - 3600, "retired": time.time() - 60})
+    browser = web(periodic=entries)
+    page = browser.get("/periodic")
+    nightly = page.row("data-periodic", "nightly")
+    assert "0 3 * * *" in nightly and "Europe/Berlin" in nightly and "reports" in nightly
+    assert "1h 00m ago" in nightly and "in " in nightly  # last tick, next tick
+    assert "never" in page.row("data-periodic", "often")
+    assert page.has_row("data-periodic", "retired"), "names Redis knows are listed too"
+    done = browser.post("/periodic/enqueue", {"name": "nightly"})
+    assert done.status == 303
+    jobs = [json.loads(m) for m in r.lrange("queue:reports", 0, -1)]
+    assert len(jobs) == 1 and jobs[0]["class"] == "Record" and jobs[0]["args"] == ["eu"]
+    assert jobs[0]["periodic"] == "nightly"
+    assert browser.post("/periodic/enqueue", {"name": "nope"}).status == 303
+    assert r.llen("queue:reports") == 1
+
+
+def test_metrics_page_shows_classes_histogram_and_queue_series(web: Any, r: redis.Redis) -> None:
+    now = time.time()
+    r.hset(layout.jobs8(now), mapping={"Hard|p": 10, "Hard|f": 2, "Hard|ms": 4000,
+                                       "Easy|p": 5, "Easy|ms": 50})
+    r.execute_command("BITFIELD", layout.histogram8("Hard", now), "INCRBY", "u16", "#3", 8)
+    for minutes_ago, size in ((3, 5), (2, 9), (1, 4)):
+        r.hset(layout.queue_samples(layout.minute_of(now - 60 * minutes_ago)),
+               "default", json.dumps([size, 1.5]))
+    r.sadd("queues", "default")
+    page = web().get("/metrics/jobs")
+    assert page.status == 200 and 'id="page-metrics"' in page.body
+    hard = page.row("data-class", "Hard")
+    assert '"executions">10<' in hard and '"failures">2<' in hard and "500.0 ms" in hard
+    assert page.body.index('data-class="Hard"') < page.body.index('data-class="Easy"')
+    assert "8" in page.row("data-bucket", "<= 65 ms")
+    assert 'id="queue-series" data-points="3"' in page.body
+    easy = web().get("/metrics/jobs?minutes=480&class=Easy")
+    assert 'id="histogram-class">Easy<' in easy.body
+
+
+# --- security -----------------------------------------------------------------------------
+
+
+def test_a_post_without_or_with_a_wrong_csrf_token_is_refused_and_changes_nothing(
+        web: Any, r: redis.Redis) -> None:
+    _push(r, "mail", 1)
+    browser = web()
+    browser.get("/queues")
+    for token in ("", "x" * 32):
+        refused = browser.post("/queues/clear", {"name": "mail"}, csrf=token)
+        assert refused.status == 403 and "CSRF" in refused.body
+    other = Browser(browser.base)  # another visitor's token does not do either
+    refused = other.post("/queues/pause", {"name": "mail"}, csrf=browser.csrf())
+    assert refused.status == 403
+    assert r.llen("queue:mail") == 1 and not r.sismember(keys.PAUSED, "mail")
+
+
+def test_no_action_is_reachable_by_get(web: Any, r: redis.Redis) -> None:
+    _push(r, "mail", 1)
+    browser = web()
+    for path in ("/queues/clear", "/queues/pause", "/queues/delete", "/busy/stop",
+                 "/busy/quiet", "/busy/cancel", "/periodic/enqueue", "/logout"):
+        got = browser.get(f"{path}?name=mail")
+        if path.startswith("/queues/"):
+            assert got.status == 200, "GET shows the queue of that name, acting on nothing"
+        else:
+            assert got.status == 405 and "POST" in got.header("Allow"), path
+    assert r.llen("queue:mail") == 1 and not r.sismember(keys.PAUSED, "mail")
+    assert browser.request("PUT", "/queues").status == 405
+
+
+def test_job_values_are_escaped(web: Any, r: redis.Redis) -> None:
+    jid = _push(r, XSS, XSS, {"k": XSS}, klass=XSS)
+    r.hset(keys.PERIODIC, XSS, time.time())
+    browser = web(periodic=cron.read_entries([{"name": XSS, "cron": "0 3 * * *",
+                                               "class": XSS, "args": [XSS]}]))
+    for path in ("/queues", f"/queues/{XSS}", "/periodic", "/", "/metrics/jobs"):
+        page = browser.get(path)
+        assert page.status == 200, path
+        assert XSS not in page.body and "<script>alert" not in page.body, path
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in browser.get(f"/queues/{XSS}").row(
+        "data-jid", jid)
+
+
+def test_login_roles_and_scraper_headers(web: Any, r: redis.Redis) -> None:
+    _push(r, "mail", 1)
+    browser = web(auth=Auth(admin_password=ADMIN, readonly_password=READER))
+    anonymous = browser.get("/queues")
+    assert anonymous.status == 303 and anonymous.header("Location") == "/login?next=%2Fqueues"
+    assert browser.get("/queues", Accept="*/*").status == 401
+    assert 'Basic realm="forkq"' in browser.get("/metrics/jobs", Accept="*/*").header(
+        "WWW-Authenticate")
+    assert browser.post("/queues/pause", {"name": "mail"}).status == 401
+    assert browser.get("/login").status == 200
+    assert browser.login("wrong").status == 403
+    assert browser.get("/").status == 303
+    # read-only: sees everything, acts on nothing
+    reader = Browser(browser.base)
+    assert reader.login(READER).status == 303
+    page = reader.get("/queues")
+    assert page.status == 200 and page.has_row("data-queue", "mail")
+    assert "disabled" in page.row("data-queue", "mail")
+    for path, fields in (("/queues/pause", {"name": "mail"}), ("/queues/clear", {"name": "mail"}),
+                         ("/busy/quiet", {"all": "1"}), ("/periodic/enqueue", {"name": "x"})):
+        refused = reader.post(path, fields)
+        assert refused.status == 403 and "read-only" in refused.body, path
+    assert r.llen("queue:mail") == 1 and not r.sismember(keys.PAUSED, "mail")
+    # admin acts
+    admin = Browser(browser.base)
+    admin.login(ADMIN)
+    assert admin.post("/queues/pause", {"name": "mail"}).status == 303
+    assert r.sismember(keys.PAUSED, "mail")
+    # a tampered session is no session
+    forged = Browser(browser.base, cookies=dict(reader.cookies))
+    forged.cookies["forkq_session"] = "admin" + forged.cookies["forkq_session"][8:]
+    assert forged.get("/queues").status == 303
+    # logging out ends the session
+    assert admin.post("/logout").status == 303
+    assert admin.get("/queues").status == 303
+    # programs: Bearer or Basic with the password
+    for header, status in ((f"Bearer {READER}", 200), (f"Bearer {ADMIN}", 200),
+                           ("Bearer nope", 401), ("Basic " + base64.b64encode(
+                               f"prom:{READER}".encode()).decode(), 200),
+                           ("Basic " + base64.b64encode(b"prom:nope").decode(), 401)):
+        got = Browser(browser.base).get("/metrics/jobs", Authorization=header, Accept="*/*")
+        assert got.status == status, header
+    scraper = Browser(browser.base, headers={"Authorization": f"Bearer {READER}"})
+    assert scraper.post("/queues/clear", {"name": "mail"}).status == 403
+    assert r.llen("queue:mail") == 1
+
+
+def test_login_goes_only_to_a_path_inside_the_app(web: Any) -> None:
+    browser = web(auth=Auth(admin_password=ADMIN))
+    for target, expected in (("/queues", "/queues"), ("//evil.example/x", "/"),
+                             ("https://evil.example/", "/"), ("/\\evil.example", "/")):
+        done = Browser(browser.base).post("/login", {"password": ADMIN, "next": target})
+        assert done.status == 303 and done.header("Location") == expected, target
+
+
+def test_make_app_refuses_to_run_open_unless_told(server: EmbeddedServer,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in ("FORKQ_WEB_PASSWORD", "FORKQ_WEB_PASSWORD_FILE",
+                     "FORKQ_WEB_READONLY_PASSWORD", "FORKQ_WEB_READONLY_PASSWORD_FILE"):
+        monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(ConfigError, match="no password configured"):
+        make_app(server.url)
+    monkeypatch.setenv("FORKQ_WEB_PASSWORD", ADMIN)
+    app: Any = make_app(server.url)
+    assert app.auth.admin_password == ADMIN
+    with pytest.raises(ConfigError, match="must differ"):
+        Auth(admin_password="same", readonly_password="same")
+
+
+def test_mounted_under_a_prefix_every_url_carries_it(web: Any, r: redis.Redis) -> None:
+    _push(r, "mail", 1)
+
+    def mount(app: Any) -> Any:
+        def dispatcher(environ: dict[str, Any], start_response: Any) -> Any:
+            path = environ.get("PATH_INFO", "")
+            if not path.startswith("/ops/forkq"):
+                start_response("404 Not Found", [("Content-Type", "text/plain")])
+                return [b"host app"]
+            environ["SCRIPT_NAME"] = "/ops/forkq"
+            environ["PATH_INFO"] = path[len("/ops/forkq"):]
+            return app(environ, start_response)
+        return dispatcher
+
+    browser = web(wrap=mount)
+    page = browser.get("/ops/forkq/queues")
+    assert page.status == 200
+    assert 'href="/ops/forkq/queues/mail"' in page.body
+    assert 'action="/ops/forkq/queues/pause"' in page.body
+    assert 'src="/ops/forkq/static/forkq.js"' in page.body
+    assert browser.get("/ops/forkq/static/forkq.css").status == 200
+    fresh = Browser(browser.base).get("/ops/forkq/")
+    assert "Path=/ops/forkq;" in fresh.header("Set-Cookie")
+    done = browser.post("/ops/forkq/queues/pause", {"name": "mail"})
+    assert done.status == 303 and done.header("Location") == "/ops/forkq/queues"
+    assert r.sismember(keys.PAUSED, "mail")
+
+
+def test_redis_down_answers_503_not_a_traceback() -> None:
+    app = make_app("redis://127.0.0.1:1/0", auth=Auth(), allow_anonymous=True)
+    with serve(app) as base:
+        page = Browser(base).get("/queues")
+    assert page.status == 503 and "Redis did not answer" in page.body
+
+
+def test_wrong_typed_keys_are_reported_not_fatal(web: Any, r: redis.Redis) -> None:
+    r.sadd("queues", "broken", "fine")
+    r.set("queue:broken", "not a list")
+    _push(r, "fine", 1)
+    r.set(keys.PAUSED, "not a set")
+    r.set(keys.PERIODIC, "not a hash")
+    browser = web(periodic=cron.read_entries([{"name": "n", "cron": "0 3 * * *",
+                                               "class": "Record"}]))
+    page = browser.get("/queues")
+    assert page.status == 200
+    assert "is not a list" in page.row("data-queue", "broken")
+    assert '"size">1<' in page.row("data-queue", "fine")
+    assert "is not a set" in page.body
+    periodic = browser.get("/periodic")
+    assert periodic.status == 200 and "is not a hash" in periodic.body
+    assert browser.get("/").status == 200

@@ -1,0 +1,96 @@
+"""``forkq web`` as a subprocess: it serves the dashboard on loopback without a password,
+refuses another address without one (exit 78), takes passwords from files, reads the periodic
+entries of ``-C``, and stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from forkq.embedded import EmbeddedServer
+
+from .conftest import ROOT, TESTS
+from .web_client import Browser, CliWeb, start_cli
+
+EX_CONFIG = 78
+
+
+@pytest.fixture
+def web_cli(server: EmbeddedServer, tmp_path: Path) -> Iterator[Callable[..., CliWeb]]:
+    """Factory: ``web_cli(*args, **env)`` runs ``forkq web --redis-url URL --port 0 ARGS``;
+    every one started is stopped by its pid in teardown."""
+    started: list[CliWeb] = []
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FORKQ_")}
+
+    def start(*args: str, **env: str) -> CliWeb:
+        environ = {**clean, "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}", **env}
+        web = start_cli("--redis-url", server.url, "--port", "0", *args,
+                        log_path=tmp_path / f"web-{len(started)}.log", env=environ)
+        started.append(web)
+        return web
+
+    yield start
+    for web in started:
+        web.stop()
+
+
+def test_serves_on_loopback_and_stops_on_sigterm(web_cli: Any, r: redis.Redis) -> None:
+    r.lpush("queue:mail", '{"class":"Record","args":[],"jid":"j1"}')
+    r.sadd("queues", "mail")
+    web = web_cli()
+    assert web.base.startswith("http://127.0.0.1:"), web.log()
+    assert "auth: off (loopback only)" in web.log()
+    browser = Browser(web.base)
+    assert browser.get("/").status == 200
+    assert browser.get("/queues").has_row("data-queue", "mail")
+    assert browser.post("/queues/pause", {"name": "mail"}).status == 303
+    assert r.sismember("forkq:paused", "mail")
+    assert web.stop() == 0
+    assert "SIGTERM: stopping" in web.log()
+
+
+def test_refuses_a_non_loopback_bind_without_a_password(web_cli: Any) -> None:
+    web = web_cli("--bind", "0.0.0.0")
+    assert web.process.wait(timeout=20) == EX_CONFIG
+    assert "refusing to listen on '0.0.0.0' without authentication" in web.log()
+
+
+def test_a_non_loopback_bind_with_passwords_from_files_asks_for_them(
+        web_cli: Any, tmp_path: Path) -> None:
+    admin, reader = tmp_path / "admin.pw", tmp_path / "reader.pw"
+    admin.write_text("adm1n-pw\n")
+    reader.write_text("  read-pw \n")
+    web = web_cli("--bind", "0.0.0.0", "--readonly-password-file", str(reader),
+                  FORKQ_WEB_PASSWORD_FILE=str(admin))
+    assert web.base, web.log()
+    assert "auth: admin + read-only" in web.log()
+    base = web.base.replace("0.0.0.0", "127.0.0.1")
+    assert Browser(base).get("/").status == 303
+    assert Browser(base).get("/", Authorization="Bearer read-pw").status == 200
+    assert Browser(base).get("/", Authorization="Bearer adm1n-pw").status == 200
+    assert Browser(base).get("/", Authorization="Bearer adm1n").status == 401
+
+
+def test_an_empty_password_file_is_a_configuration_error(web_cli: Any, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.pw"
+    empty.write_text("\n")
+    web = web_cli("--password-file", str(empty))
+    assert web.process.wait(timeout=20) == EX_CONFIG
+    assert "is empty" in web.log()
+    missing = web_cli("--password-file", str(tmp_path / "nope"))
+    assert missing.process.wait(timeout=20) == EX_CONFIG
+
+
+def test_reads_periodic_entries_from_the_config_file(web_cli: Any, tmp_path: Path,
+                                                     server: EmbeddedServer) -> None:
+    config = tmp_path / "forkq.yml"
+    config.write_text("require: jobs\nperiodic:\n  - name: nightly\n    cron: '0 3 * * *'\n"
+                      "    class: Record\n    timezone: Asia/Tokyo\n")
+    web = web_cli("-C", str(config))
+    page = Browser(web.base).get("/periodic")
+    assert "Asia/Tokyo" in page.row("data-periodic", "nightly"), web.log()
