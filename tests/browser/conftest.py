@@ -21,6 +21,7 @@ import pytest
 import redis
 from selenium.webdriver.remote.webdriver import WebDriver
 
+from forkq.client import Client
 from forkq.embedded import EmbeddedServer
 
 from ..conftest import server_binary
@@ -69,10 +70,13 @@ def rc(redis_server: EmbeddedServer) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture(scope="module")
-def live(request: pytest.FixtureRequest, redis_server: EmbeddedServer,
+def live(request: pytest.FixtureRequest, redis_server: EmbeddedServer, rc: redis.Redis,
          folder: Path) -> Iterator[LiveDaemon]:
-    """A live daemon for the module (``DAEMON_CONFIG`` of the module, else the default)."""
+    """A live daemon for the module (``DAEMON_CONFIG`` of the module, else the default). A
+    job waits in ``default`` when it starts, so the leader's first sample of the queues
+    (taken at once, then every minute) has that queue."""
     config = getattr(request.module, "DAEMON_CONFIG", DAEMON_CONFIG)
+    Client(rc).push({"class": "Record", "args": ["waiting at the start"]})
     with running_daemon(redis_server.url, folder / "daemon", config) as daemon:
         yield daemon
 

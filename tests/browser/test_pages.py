@@ -24,6 +24,7 @@ from .harness import (
     LiveDaemon,
     WebServer,
     attribute_of,
+    click,
     open_page,
     press,
     rows,
@@ -175,3 +176,31 @@ def test_periodic_lists_each_entry_and_enqueue_now_pushes_it(
     until(lambda: rc.llen("queue:periodic-out") == 1, 10)
     [job] = [json.loads(j) for j in rc.lrange("queue:periodic-out", 0, -1)]
     assert (job["class"], job["args"]) == ("Record", ["periodic"])
+
+
+def test_metrics_show_executions_failures_and_durations_per_class_and_a_queue_over_time(
+        browser: WebDriver, web: WebServer, live: LiveDaemon, rc: redis.Redis) -> None:
+    open_page(browser, web, "/metrics/jobs", "metrics")
+    row = '#metrics-table tr[data-class="Record"]'
+    before = _number(text_of(browser, f"{row} [data-field=executions]"))
+    Client(rc).push_bulk({"class": "Record", "args": [["metered"]] * 8})
+    Client(rc).push_bulk({"class": "Boom", "args": [["metered"]] * 2, "retry": False})
+    # written with the children's heartbeats; shown by the page's own refresh
+    wait_until(browser, lambda d: _number(text_of(d, f"{row} [data-field=executions]"))
+               >= before + 8, 30, lambda: f"Record's executions stayed at {before}")
+    wait_until(browser, lambda d: _number(text_of(
+        d, '#metrics-table tr[data-class="Boom"] [data-field=failures]')) >= 2, 30,
+        "Boom's failures never showed")
+    assert text_of(browser, f"{row} [data-field=avg]").endswith("ms")
+    click(browser, f"{row} a")
+    wait_until(browser, lambda d: text_of(d, "#histogram-class") == "Record", 10)
+    counts = settled(lambda: [_number(cell.text) for cell in browser.find_elements(
+        By.CSS_SELECTOR, "#histogram-table tr[data-bucket] td:nth-child(2)")])
+    assert sum(counts) >= 8, counts
+    click(browser, '#page-metrics a[data-queue="default"]')
+    wait_until(browser, lambda d: text_of(d, "#series-queue") == "default"
+               and _number(attribute_of(d, "#queue-series", "data-points")) >= 1, 10,
+               "no sample of queue default")
+    click(browser, "h1 a[data-minutes='480']")
+    wait_until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "h1 strong[data-minutes='480']")
+               and _number(text_of(d, f"{row} [data-field=executions]")) >= before + 8, 10)
