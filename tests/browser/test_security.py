@@ -4,6 +4,9 @@ here with an admin and a read-only password."""
 
 from __future__ import annotations
 
+import json
+import secrets
+import time
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +17,10 @@ from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
+from forkq.client import Client
+from forkq.ops import set_pages
 from forkq.ops.queues import Queue
+from forkq.ops.sorted_sets import DeadSet
 
 from ..conftest import push
 from .harness import (
@@ -105,6 +111,26 @@ def test_a_post_without_or_with_a_wrong_csrf_token_is_refused(web: WebServer) ->
     assert answer.status in (302, 303) and plain.cookie("forkq_session")
 
 
+def test_an_admin_action_without_the_csrf_token_is_refused_and_changes_nothing(
+        web: WebServer, live: LiveDaemon, rc: redis.Redis) -> None:
+    _bury(rc, "Record", "stays")
+    push(rc, "Record", "stays", queue="csrf-plain")
+    before = _snapshot(rc, "csrf-plain")
+    plain = Http(web.url)
+    assert plain.post("/login", {"password": ADMIN_PASSWORD}).status == 403
+    bearer = {"Authorization": f"Bearer {ADMIN_PASSWORD}"}
+    assert plain.get("/dead", bearer).status == 200
+    token = plain.cookie("forkq_csrf")
+    for path, fields in (("/dead/bulk", {"delete_all": "1", "q": ""}),
+                         ("/queues/clear", {"name": "csrf-plain"}),
+                         ("/busy/stop", {"all": "1"})):
+        for forged in ({}, {"csrf_token": token[::-1]}):
+            answer = plain.post(path, {**fields, **forged}, bearer)
+            assert answer.status == 403 and "CSRF" in answer.body, (path, answer.status)
+    assert _snapshot(rc, "csrf-plain") == before
+    assert live.process is not None and live.process.poll() is None, "the daemon still runs"
+
+
 def test_every_answer_has_the_content_security_policy_and_no_action_answers_a_get(
         web: WebServer) -> None:
     plain = Http(web.url)
@@ -159,6 +185,17 @@ def test_a_form_with_a_forged_or_missing_csrf_token_is_refused_and_changes_nothi
 def test_the_read_only_role_sees_the_buttons_disabled_and_every_action_is_refused(
         readonly: WebDriver, web: WebServer, live: LiveDaemon, rc: redis.Redis) -> None:
     jid = push(rc, "Record", "kept", queue="looked-at")
+    Client(rc).push({"class": "Record", "args": ["later"], "at": time.time() + 3600})
+    rc.zadd("retry", {json.dumps({"class": "Record", "args": [], "jid": "r" * 24,
+                                  "queue": "default", "retry_count": 1}): time.time() + 3600})
+    dead_key = _bury(rc, "<b>dead</b>", "<script>alert(4)</script>")[1]
+    for path, name in (("/dead", "dead"), ("/retries", "retries"), ("/scheduled", "scheduled"),
+                       (f"/dead/{dead_key}", "job")):
+        open_page(readonly, web, path, name)
+        buttons = settled(lambda: [(b.get_attribute("name"), b.is_enabled()) for b in
+                                   readonly.find_elements(By.CSS_SELECTOR, "main button")])
+        enabled = [b for b, on in buttons if on and b != "search"]
+        assert buttons and not enabled, (path, buttons)
     open_page(readonly, web, "/queues/looked-at", "queue")
     assert jid in rows(readonly, "queue-table", "data-jid"), "read-only sees the jobs"
     buttons = settled(lambda: [(b.get_attribute("name"), b.is_enabled()) for b in
@@ -182,11 +219,27 @@ def test_the_read_only_role_sees_the_buttons_disabled_and_every_action_is_refuse
                          ("/busy/quiet", {"identity": identity}),
                          ("/busy/stop", {"all": "1"}),
                          ("/busy/cancel", {"jid": jid}),
-                         ("/periodic/enqueue", {"name": "browser-nightly"})):
+                         ("/periodic/enqueue", {"name": "browser-nightly"}),
+                         ("/dead/bulk", {"delete_all": "1", "q": ""}),
+                         ("/retries/bulk", {"retry_all": "1", "q": ""}),
+                         ("/scheduled/bulk", {"kill_all": "1", "q": ""}),
+                         (f"/dead/{dead_key}", {"delete": "1"})):
         answer = plain.post(path, {**fields, "csrf_token": token}, bearer)
         assert answer.status == 403 and "read-only" in answer.body, (path, answer.status)
     assert _snapshot(rc, "looked-at") == before
     assert live.process is not None and live.process.poll() is None, "the daemon still runs"
+
+
+def _bury(rc: redis.Redis, klass: str, *args: Any) -> tuple[str, str]:
+    """A dead entry with markup in its class, args and error; its jid and its page's key."""
+    jid = secrets.token_hex(12)
+    payload = {"class": klass, "args": list(args), "queue": "default", "jid": jid,
+               "error_class": "<i>Err</i>", "error_message": "<script>alert(5)</script>",
+               "failed_at": time.time(), "retry_count": 0}
+    rc.zadd("dead", {json.dumps(payload): time.time()})
+    entry = DeadSet(rc).find_job(jid)
+    assert entry is not None
+    return jid, set_pages.entry_key(entry)
 
 
 def _snapshot(rc: redis.Redis, queue: str) -> tuple[Any, ...]:
@@ -216,13 +269,24 @@ def test_a_job_whose_args_are_markup_shows_as_text_and_runs_no_script(
     open_page(admin, web, "/queues/" + urllib.parse.quote(queue, safe=""), "queue")
     assert "<b>Bold</b>" in text_of(admin, "#queue-table")
     _no_script_ran(admin)
+    dead, key = _bury(rc, "<b>Bold</b>", hostile)
+    open_page(admin, web, "/dead", "dead")
+    wait_until(admin, lambda d: hostile in text_of(d, f'#dead-table tr[data-jid="{dead}"]'), 10)
+    assert "<i>Err</i>" in text_of(admin, f'#dead-table tr[data-jid="{dead}"]')
+    _no_script_ran(admin)
+    open_page(admin, web, f"/dead/{key}", "job")
+    assert text_of(admin, "#job-class") == "<b>Bold</b>"
+    assert hostile in text_of(admin, "#job-args") and hostile in text_of(admin, "#job-payload")
+    assert text_of(admin, "#job-error-message") == "<script>alert(5)</script>"
+    _no_script_ran(admin)
 
 
 def _no_script_ran(driver: WebDriver) -> None:
-    """No alert is open, none was called, and the page holds no element a job's value made."""
+    """No alert is open, none was called (the hook of the XSS test records every call), and
+    the page holds no element a job's value made."""
     with pytest.raises(NoAlertPresentException):
         driver.switch_to.alert.text  # noqa: B018 - the property raises when no alert is open
     assert driver.execute_script("return window.__alerts") == []
-    made = driver.execute_script(
-        "return document.querySelectorAll('main script, main img, main b, [onerror]').length")
+    made = driver.execute_script("return document.querySelectorAll("
+                                 "'main script, main img, main b, main i, [onerror]').length")
     assert made == 0
