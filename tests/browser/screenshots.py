@@ -20,6 +20,7 @@ import random
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -32,7 +33,16 @@ from forkq.embedded import EmbeddedServer
 from forkq.subprocesses import wait_for
 
 from ..conftest import server_binary
-from .harness import ROOT, WebServer, chromium, running_daemon, serving, wait_until
+from .harness import (
+    ROOT,
+    LiveDaemon,
+    WebServer,
+    attribute_of,
+    chromium,
+    running_daemon,
+    serving,
+    wait_until,
+)
 
 DAEMON_CONFIG = """\
 concurrency: 4
@@ -63,7 +73,8 @@ PAGES = ("dashboard", "busy", "queues", "queue", "scheduled", "retries", "dead",
          "periodic", "metrics")
 PATHS = {"dashboard": "/", "busy": "/busy", "queues": "/queues", "scheduled": "/scheduled",
          "retries": "/retries", "dead": "/dead", "periodic": "/periodic",
-         "metrics": "/metrics/jobs"}
+         "metrics": "/metrics/jobs?class=SendWelcomeEmail&queue=mailers"}
+SIZE = (1280, 900)
 ACCOUNTS = ("acme-corp", "globex", "initech", "umbrella", "hooli", "stark-industries")
 
 
@@ -95,40 +106,53 @@ def seed(client: redis.Redis, rng: random.Random) -> None:
 
 
 def feed(client: redis.Redis, rng: random.Random, rounds: int) -> None:
-    """Work for the live daemon: short jobs of several classes, failing payments and
-    imports, two long reports."""
-    jobs = Client(client)
-    jobs.push({"class": "GenerateReport", "args": ["revenue", "2026-10"]})
-    jobs.push({"class": "GenerateReport", "args": ["churn", "2026-10"]})
+    """Work for the live daemon: two long reports, failing payments and imports, then
+    ``rounds`` half-second rounds of short jobs of several classes."""
+    jobs = Client(client)  # pushes by name: each job's options are given here
+    for report in ("revenue", "churn"):
+        jobs.push({"class": "GenerateReport", "args": [report, "2026-10"], "queue": "reports"})
     for n in range(5):
-        jobs.push({"class": "ChargeCard", "args": [918_200 + n, rng.randint(900, 25_000)]})
+        jobs.push({"class": "ChargeCard", "args": [918_200 + n, rng.randint(900, 25_000)],
+                   "queue": "critical", "retry": 3, "backtrace": 8})
     for name in ("customers-2026-11.csv", "leads-q4.csv", "prices-eu.csv"):
-        jobs.push({"class": "ImportCsv", "args": [f"/srv/imports/{name}"]})
+        jobs.push({"class": "ImportCsv", "args": [f"/srv/imports/{name}"], "retry": 0,
+                   "backtrace": 8})
+    more(jobs, rng, rounds)
+
+
+def more(jobs: Client, rng: random.Random, rounds: int,
+         until: threading.Event | None = None) -> None:
+    """``rounds`` half-second rounds of short jobs (stopping early when ``until`` is set)."""
     for _ in range(rounds):
-        jobs.push_bulk({"class": "SendWelcomeEmail",
+        if until is not None and until.is_set():
+            return
+        jobs.push_bulk({"class": "SendWelcomeEmail", "queue": "mailers",
                         "args": [[rng.randint(1, 99_999), "en"] for _ in range(20)]})
-        jobs.push_bulk({"class": "SyncInvoices", "args": [[rng.choice(ACCOUNTS)]
-                                                          for _ in range(4)]})
+        jobs.push_bulk({"class": "SyncInvoices", "retry": 5, "backtrace": 8,
+                        "args": [[rng.choice(ACCOUNTS)] for _ in range(4)]})
         jobs.push({"class": "ResizeImage", "queue": "default",
                    "args": [f"/srv/avatars/{rng.getrandbits(24):06x}.png", [64]]})
         time.sleep(0.5)  # spread over time for the throughput chart and the metrics
 
 
-def settle(client: redis.Redis) -> None:
+def settle(client: redis.Redis, daemon: LiveDaemon) -> None:
     """Wait until the failures have landed and the long reports run."""
     ok = wait_for(lambda: client.zcard("retry") >= 5 and client.zcard("dead") >= 3
                   and any(int(client.hget(key, "busy") or 0) >= 2  # type: ignore[arg-type]
                           for key in client.smembers("processes")), 60, interval=0.2)
     if not ok:
-        raise SystemExit("the daemon never produced the retries, dead jobs and busy reports")
+        raise SystemExit("the daemon never produced the retries, dead jobs and busy reports: "
+                         f"{client.zcard('retry')} retries, {client.zcard('dead')} dead; "
+                         f"its log:\n{daemon.log()[-3000:]}")
 
 
 def shoot(driver: WebDriver, web: WebServer, out: Path) -> list[Path]:
-    """Open every page and save it; the files written."""
-    paths = dict(PATHS, queue="/queues/critical")
+    """Open every page and save it (the dashboard once its live chart has a few points);
+    the files written."""
+    paths = dict(PATHS, queue="/queues/bulk")
     driver.get(web.url + "/dead")
     wait_until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "main[id^=page-]"), 15)
-    links = driver.find_elements(By.CSS_SELECTOR, "#dead-table a[href*='/job']")
+    links = driver.find_elements(By.CSS_SELECTOR, "#dead-table a.job-link")
     if links:
         paths["job"] = links[0].get_attribute("href").removeprefix(web.url)  # type: ignore[union-attr]
     written = []
@@ -139,8 +163,9 @@ def shoot(driver: WebDriver, web: WebServer, out: Path) -> list[Path]:
         driver.get(web.url + paths[page])
         wait_until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "main[id^=page-]"), 15,
                    f"{page}: no <main id=page-…>")
-        # a picture, not a test: give the live chart a few refreshes to draw its line
-        time.sleep(6 if page == "dashboard" else 0.3)
+        if page == "dashboard":
+            wait_until(driver, lambda d: int(attribute_of(d, "#throughput-chart", "data-points")
+                                             or 0) >= 8, 30, "the chart drew no line")
         target = out / f"{page}.png"
         driver.save_screenshot(str(target))
         written.append(target)
@@ -161,15 +186,27 @@ def main(argv: list[str] | None = None) -> int:
     try:
         client = redis.Redis(unix_socket_path=server.socket, protocol=2)
         seed(client, rng)
-        with running_daemon(server.url, scratch / "daemon", DAEMON_CONFIG):
+        with running_daemon(server.url, scratch / "daemon", DAEMON_CONFIG) as daemon:
             feed(client, rng, rounds=40)
-            settle(client)
-            with serving(server.url, scratch / "web.log") as web:
-                driver = chromium(1280, 900)
-                try:
-                    shoot(driver, web, args.out)
-                finally:
-                    driver.quit()
+            settle(client, daemon)
+            done = threading.Event()
+            feeder = threading.Thread(target=more, args=(Client(client), rng, 600, done))
+            feeder.start()
+            try:
+                with serving(server.url, scratch / "web.log",
+                             args=("-C", daemon.config_file, "--refresh", "1")) as web:
+                    driver = chromium(*SIZE)
+                    try:
+                        # the viewport itself, not the window, is SIZE
+                        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+                            "width": SIZE[0], "height": SIZE[1], "deviceScaleFactor": 1,
+                            "mobile": False})
+                        shoot(driver, web, args.out)
+                    finally:
+                        driver.quit()
+            finally:
+                done.set()
+                feeder.join()
         print(json.dumps({"processed": int(client.get("stat:processed") or 0)}))
     finally:
         server.stop()
