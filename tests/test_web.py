@@ -21,6 +21,7 @@ from forkq.embedded import EmbeddedServer
 from forkq.errors import ConfigError
 from forkq.metrics import layout
 from forkq.web import Auth, make_app
+from forkq.web.mount import mount
 
 from .conftest import records, until
 from .web_client import Browser, serve
@@ -66,6 +67,8 @@ def test_dashboard_shows_totals_history_and_redis_facts(web: Any, r: redis.Redis
     assert '<div class="value" id="stat-enqueued">1</div>' in page.body
     assert '<div class="value" id="stat-dead">1</div>' in page.body
     assert "77" in page.row("data-date", keys.utc_date())
+    assert '<div class="value" id="stat-today-processed">77</div>' in page.body
+    assert '<div class="value" id="stat-failure-rate">0.0 %</div>' in page.body
     assert 'data-fact="redis_version"' in page.body and 'data-fact="connected_clients"' in page.body
     assert 'id="throughput-chart"' in page.body
     assert len(web().get("/?days=30").body.split("data-date=")) - 1 == 30
@@ -225,6 +228,21 @@ def test_metrics_page_shows_classes_histogram_and_queue_series(web: Any, r: redi
     assert 'id="histogram-class">Easy<' in easy.body
 
 
+def test_metrics_scrape_exposes_the_cluster_to_prometheus(web: Any, r: redis.Redis,
+                                                          daemon: Any) -> None:
+    d = daemon("concurrency: 1\nrequire: jobs\n")
+    _push(r, "default", 1)
+    until(lambda: r.llen("queue:default") == 0 and r.hlen(layout.JOBS), 20, lambda: d.log())
+    page = web().get("/metrics", Accept="text/plain")
+    assert page.status == 200 and page.header("Content-Type").startswith("text/plain")
+    assert "version=" in page.header("Content-Type")
+    assert 'forkq_jobs_processed_total{job_class="Record",queue="default"} 1.0' in page.body
+    assert "forkq_processes 1.0" in page.body
+    jobs = web().get("/metrics/jobs")  # the same flush wrote Sidekiq's keys the page reads
+    assert '"executions">1<' in jobs.row("data-class", "Record")
+    assert "default-src 'self'" in page.header("Content-Security-Policy")
+
+
 # --- security -----------------------------------------------------------------------------
 
 
@@ -312,6 +330,9 @@ def test_login_roles_and_scraper_headers(web: Any, r: redis.Redis) -> None:
         got = Browser(browser.base).get("/metrics/jobs", Authorization=header, Accept="*/*")
         assert got.status == status, header
     scraper = Browser(browser.base, headers={"Authorization": f"Bearer {READER}"})
+    scrape = scraper.get("/metrics", Accept="*/*")
+    assert scrape.status == 200 and "forkq_queue_size" in scrape.body
+    assert Browser(browser.base).get("/metrics", Accept="text/html").status == 401
     assert scraper.post("/queues/clear", {"name": "mail"}).status == 403
     assert r.llen("queue:mail") == 1
 
@@ -341,18 +362,13 @@ def test_make_app_refuses_to_run_open_unless_told(server: EmbeddedServer,
 def test_mounted_under_a_prefix_every_url_carries_it(web: Any, r: redis.Redis) -> None:
     _push(r, "mail", 1)
 
-    def mount(app: Any) -> Any:
-        def dispatcher(environ: dict[str, Any], start_response: Any) -> Any:
-            path = environ.get("PATH_INFO", "")
-            if not path.startswith("/ops/forkq"):
-                start_response("404 Not Found", [("Content-Type", "text/plain")])
-                return [b"host app"]
-            environ["SCRIPT_NAME"] = "/ops/forkq"
-            environ["PATH_INFO"] = path[len("/ops/forkq"):]
-            return app(environ, start_response)
-        return dispatcher
+    def host(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"host app " + environ["PATH_INFO"].encode()]
 
-    browser = web(wrap=mount)
+    browser = web(wrap=lambda dashboard: mount("/ops/forkq/", dashboard, host))
+    assert browser.get("/ops/other").body == "host app /ops/other"
+    assert browser.get("/ops/forkqx").body == "host app /ops/forkqx"
     page = browser.get("/ops/forkq/queues")
     assert page.status == 200
     assert 'href="/ops/forkq/queues/mail"' in page.body

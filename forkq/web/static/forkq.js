@@ -102,12 +102,14 @@
     var samples = sample();
     if (!svg || !samples) { return; }
     var points = rates(samples);
-    var width = 600, height = 180, left = 40, bottom = 20;
+    var width = Math.max(300, Math.round(svg.clientWidth || 600));
+    var height = Math.max(120, Math.round(svg.clientHeight || 180)), left = 40, bottom = 20;
     while (svg.firstChild) { svg.removeChild(svg.firstChild); }
     svg.setAttribute("viewBox", "0 0 " + width + " " + height);
     svg.setAttribute("data-points", String(points.length));
-    var top = 1;
+    var top = 1;  // the scale: the largest rate plus headroom
     points.forEach(function (p) { top = Math.max(top, p.p, p.f); });
+    top = top * 1.15;
     for (var g = 0; g <= 4; g++) {
       var y = (height - bottom) * g / 4 + 2;
       element("line", {x1: left, x2: width, y1: y, y2: y, "class": "grid"}, svg);
@@ -118,7 +120,7 @@
         "collecting: the chart draws the rate between refreshes";
       return;
     }
-    var t0 = points[0].t, span = Math.max(1, points[points.length - 1].t - t0);
+    var t0 = points[0].t, span = (points[points.length - 1].t - t0) || 1;
     ["p", "f"].forEach(function (key) {
       var path = points.map(function (p) {
         var x = left + (width - left - 4) * (points.length === 1 ? 1 : (p.t - t0) / span);

@@ -1,4 +1,5 @@
-"""The Dashboard page (``GET /``): processed and failed totals, today's counts, the live
+"""The Dashboard page (``GET /``): processed and failed totals, today's counts and failure
+rate (failures count as processed, as in Sidekiq), the live
 throughput chart (drawn by forkq.js from the totals of successive refreshes), the history by
 UTC day (``stat:processed:<date>``), and the Redis server's facts (INFO).
 
@@ -29,7 +30,10 @@ def dashboard(request: Request) -> Response:
     days = min(HISTORY_DAYS, key=lambda choice: abs(choice - days))
     rows = history(request.redis, days, now)
     peak = max([1, *(row["processed"] for row in rows)])
+    today = rows[0]
+    rate = f"{100 * today['failed'] / today['processed']:.1f} %" if today["processed"] else "-"
     return render(request, "dashboard.html", stats=stats, history=rows, peak=peak, days=days,
+                  today=today, failure_rate=rate,
                   day_choices=HISTORY_DAYS, info=redis_facts(request.redis), at=now)
 
 

@@ -6,6 +6,10 @@ duration histogram of one class (``class``, default the most time-consuming;
 :func:`~forkq.metrics.query.histogram`); the size and latency over time of one queue
 (``queue``, default ``default``; :func:`~forkq.metrics.query.queue_series`), drawn as SVG.
 
+``GET /metrics`` answers Prometheus's text format for the whole cluster
+(:func:`forkq.metrics.prometheus.exposition`), to any logged-in role: a scraper sends
+``Authorization: Bearer <password>`` (or Basic) when passwords are configured.
+
 Bounded work: each query is one pipeline of at most ``minutes`` commands; the queue names
 offered are one ``SMEMBERS queues`` cut to :data:`QUEUE_LINKS`.
 """
@@ -16,7 +20,7 @@ import time
 
 from forkq import keys
 from forkq.connection import text
-from forkq.metrics import query
+from forkq.metrics import prometheus, query
 from forkq.web import charts
 from forkq.web.routes import Request, Response, render, route
 
@@ -42,3 +46,8 @@ def metrics(request: Request) -> Response:
         queue=queue, series=series, queue_names=names, at=now,
         size_chart=charts.line([(p.at, p.size) for p in series]),
         latency_chart=charts.line([(p.at, p.latency) for p in series]))
+
+
+@route("GET", "/metrics")
+def scrape(request: Request) -> Response:
+    return Response(prometheus.exposition(request.redis), 200, prometheus.CONTENT_TYPE)
