@@ -106,7 +106,7 @@ def pages(dead_key: str) -> list[tuple[str, str]]:
     """Every page of the dashboard, with the worst cases of the big sets."""
     return [
         ("Dashboard", "/"), ("Busy", "/busy"), ("Queues", "/queues"),
-        ("Queues, last page", f"/queues?page={QUEUES // 25}"),
+        ("Queues, last page", "/queues?page=999"),
         ("a queue", "/queues/q0500"), ("Scheduled", "/scheduled"), ("Retries", "/retries"),
         ("Dead", "/dead"), ("Dead, page 4000", "/dead?page=4000"),
         ("Dead, search by class", "/dead?q=Job137"),

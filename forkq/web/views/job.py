@@ -64,8 +64,8 @@ def details(entry: SortedEntry) -> dict[str, Any]:
     return {
         "args": [pretty(arg) for arg in args] if isinstance(args, list) else [],
         "times": [(name, entry.time(name)) for name in TIMES if name in item],
-        "others": [(name, pretty(value)) for name, value in item.items()
-                   if name not in SHOWN_ELSEWHERE],
+        "others": [(name, pretty(value), isinstance(value, dict | list))
+                   for name, value in item.items() if name not in SHOWN_ELSEWHERE],
         "payload": pretty(item) if item else "",
         "raw_text": "" if item else entry.raw.decode("utf-8", "backslashreplace"),
         "raw_size": len(entry.raw),

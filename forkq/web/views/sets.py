@@ -8,6 +8,9 @@ bounded run of ``ZSCAN`` calls, whose cursor the "more…" link carries on; a bu
 selection resolves each key by its score; "all matching" acts in batches up to
 :data:`forkq.ops.set_bulk.BULK_CAP` entries per press, and the message says when more match.
 
+A search's page does not refresh itself (``data-norefresh``): each refresh would scan again,
+and the matches of a ``ZSCAN`` are no stable page.
+
 Order: Scheduled and Retries show the next due first (the score is when it is due, as in
 Sidekiq's Web), Dead the latest death first; ``?order=asc|desc`` turns it round. A member
 that is not a job (any bytes) is listed as such, with its bytes, and can be deleted; a set
