@@ -57,6 +57,10 @@ def test_the_dashboard_shows_the_totals_and_follows_them_without_a_reload(
         "today's history row does not show the jobs")
     version = rc.info()["redis_version"]
     assert text_of(browser, "#redis-facts dd[data-fact=redis_version]") == version
+    click(browser, "a[data-days='30']")
+    wait_until(browser, lambda d: len(rows(d, "history-table", "data-date")) == 30, 10,
+               "the 30 days of history did not show")
+    assert rows(browser, "history-table", "data-date")[0] == today
     wait_until(browser, lambda d: _number(attribute_of(d, "#throughput-chart", "data-points"))
                >= 1, 10,
                "the throughput chart never drew a point")

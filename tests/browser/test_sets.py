@@ -51,7 +51,7 @@ def _bury(rc: redis.Redis, klass: str, *args: Any, message: str = "it broke") ->
                "retry": True, "created_at": now - 90, "enqueued_at": now - 90,
                "failed_at": now - 60, "retry_count": 25, "error_class": "RuntimeError",
                "error_message": message}
-    rc.zadd("dead", {json.dumps(payload): now - 1})
+    rc.zadd("dead", {json.dumps(payload): time.time()})  # died now: the latest
     return jid
 
 
@@ -196,3 +196,15 @@ def test_bulk_actions_on_everything_matching_a_search_leave_the_rest(
     press(browser, "#scheduled-form", "kill")
     until(lambda: all(DeadSet(rc).find_job(j) is not None for j in spared), 10)
     assert all(ScheduledSet(rc).find_job(j) is None for j in spared)
+
+
+def test_dead_is_paged_latest_first(browser: WebDriver, web: WebServer, rc: redis.Redis) -> None:
+    token = secrets.token_hex(4)
+    buried = [_bury(rc, "Record", f"paged-{token}", n) for n in range(30)]
+    open_page(browser, web, "/dead?per=25", "dead")
+    latest_first = buried[::-1]  # buried one after the other: the last has the latest score
+    assert rows(browser, "dead-table", "data-jid") == latest_first[:25]
+    click(browser, "nav.pager a[data-page='2']")
+    second = wait_until(browser, lambda d: "page=2" in d.current_url
+                        and rows(d, "dead-table", "data-jid"), 10)
+    assert second[:5] == latest_first[25:]
