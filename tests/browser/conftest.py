@@ -24,7 +24,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from forkq.client import Client
 from forkq.embedded import EmbeddedServer
 
-from ..conftest import server_binary
+from ..conftest import records, server_binary, until
 from .harness import LiveDaemon, WebServer, chromium, running_daemon
 
 DAEMON_CONFIG = """\
@@ -72,12 +72,16 @@ def rc(redis_server: EmbeddedServer) -> Iterator[redis.Redis]:
 @pytest.fixture(scope="module")
 def live(request: pytest.FixtureRequest, redis_server: EmbeddedServer, rc: redis.Redis,
          folder: Path) -> Iterator[LiveDaemon]:
-    """A live daemon for the module (``DAEMON_CONFIG`` of the module, else the default). A
-    job waits in ``default`` when it starts, so the leader's first sample of the queues
-    (taken at once, then every minute) has that queue."""
+    """A live daemon for the module (``DAEMON_CONFIG`` of the module, else the default),
+    given once it has run a first job. That job waits in ``default`` when it starts, so the
+    leader's first sample of the queues (taken at once, then every minute) has that queue;
+    and the totals stay put until a test pushes something."""
     config = getattr(request.module, "DAEMON_CONFIG", DAEMON_CONFIG)
-    Client(rc).push({"class": "Record", "args": ["waiting at the start"]})
+    jid = Client(rc).push({"class": "Record", "args": ["waiting at the start"]})
     with running_daemon(redis_server.url, folder / "daemon", config) as daemon:
+        until(lambda: jid in [row["jid"] for row in records(rc)], 30,
+              lambda: f"the daemon never ran its first job; log:\n{daemon.log()}")
+        until(lambda: rc.get("stat:processed") == b"1", 10, "stat:processed never counted it")
         yield daemon
 
 
