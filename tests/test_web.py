@@ -404,4 +404,6 @@ def test_wrong_typed_keys_are_reported_not_fatal(web: Any, r: redis.Redis) -> No
     assert "is not a set" in page.body
     periodic = browser.get("/periodic")
     assert periodic.status == 200 and "is not a hash" in periodic.body
-    assert browser.get("/").status == 200
+    dashboard = browser.get("/")
+    assert dashboard.status == 200 and "the totals could not be read" in dashboard.body
+    assert "WRONGTYPE" in dashboard.body and 'id="history-table"' in dashboard.body

@@ -4,8 +4,7 @@ One pipelined read: ``stat:processed`` / ``stat:failed`` (failures count as
 processed too, as in Sidekiq), the sizes of ``schedule``, ``retry``, ``dead`` and
 ``processes``, every listed queue's length (``enqueued``) and latency, the processes' ``busy``
 (``workers_size``) and the default queue's latency. :func:`history` reads the daily
-counters ``stat:<x>:YYYY-MM-DD`` (UTC). A wrong-typed key reads as 0 (empty), so the rest
-still shows.
+counters ``stat:<x>:YYYY-MM-DD`` (UTC).
 """
 
 from __future__ import annotations
@@ -54,17 +53,15 @@ class Stats:
                 pipe.lindex(keys.queue(queue), -1)
             for identity in identities:
                 pipe.hget(identity, "busy")
-            replies = [None if isinstance(reply, redis.ResponseError) else reply
-                       for reply in pipe.execute(raise_on_error=False)]
-        processed, failed, scheduled, retries, dead, listed, oldest, *rest = replies
+            processed, failed, scheduled, retries, dead, listed, oldest, *rest = pipe.execute()
         now = time.time() if now is None else now
         per_queue, busy = rest[:2 * len(queues)], rest[2 * len(queues):]
-        lengths = dict(zip(queues, (_count(n) for n in per_queue[0::2]), strict=True))
+        lengths = dict(zip(queues, (int(n) for n in per_queue[0::2]), strict=True))
         latencies = dict(zip(queues, (_latency(job, now) for job in per_queue[1::2]), strict=True))
         return cls(
-            processed=_count(processed), failed=_count(failed), scheduled_size=_count(scheduled),
-            retry_size=_count(retries), dead_size=_count(dead),
-            processes_size=_count(listed),
+            processed=int(processed or 0), failed=int(failed or 0), scheduled_size=int(scheduled),
+            retry_size=int(retries), dead_size=int(dead),
+            processes_size=int(listed),
             enqueued=sum(lengths.values()),
             workers_size=sum(int(b) for b in busy if b is not None and text(b).isdigit()),
             default_queue_latency=_latency(oldest, now), queues=lengths, latencies=latencies,
@@ -72,14 +69,6 @@ class Stats:
 
     def summary(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _count(value: Any) -> int:
-    """A counter or size as read; 0 for a missing, wrong-typed or unparsable one."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
 
 
 def _latency(oldest: bytes | None, now: float) -> float:

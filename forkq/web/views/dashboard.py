@@ -3,6 +3,9 @@ rate (failures count as processed, as in Sidekiq), the live
 throughput chart (drawn by forkq.js from the totals of successive refreshes), the history by
 UTC day (``stat:processed:<date>``), and the Redis server's facts (INFO).
 
+A key of the wrong type among those the totals read (a queue that is not a list, say) is
+reported on the page instead of the totals; history and Redis facts still show.
+
 Bounded work: one pipelined read of the totals (:class:`~forkq.ops.stats.Stats`: two
 commands per listed queue), one MGET per counter for at most 90 days, one INFO.
 """
@@ -25,7 +28,11 @@ INFO_FIELDS = ("redis_version", "uptime_in_days", "connected_clients", "used_mem
 @route("GET", "/")
 def dashboard(request: Request) -> Response:
     now = time.time()
-    stats = Stats.read(request.redis, now)
+    try:
+        stats: Stats | None = Stats.read(request.redis, now)
+        problem = ""
+    except redis.ResponseError as exc:  # a wrong-typed key: the rest of the page still shows
+        stats, problem = None, f"the totals could not be read: Redis refused: {exc}"
     days = request.int_arg("days", 7, low=1, high=max(HISTORY_DAYS))
     days = min(HISTORY_DAYS, key=lambda choice: abs(choice - days))
     rows = history(request.redis, days, now)
@@ -33,7 +40,7 @@ def dashboard(request: Request) -> Response:
     today = rows[0]
     rate = f"{100 * today['failed'] / today['processed']:.1f} %" if today["processed"] else "-"
     return render(request, "dashboard.html", stats=stats, history=rows, peak=peak, days=days,
-                  today=today, failure_rate=rate,
+                  today=today, failure_rate=rate, problem=problem,
                   day_choices=HISTORY_DAYS, info=redis_facts(request.redis), at=now)
 
 
