@@ -180,6 +180,16 @@ def test_bulk_kill_and_add_to_queue(r: redis.Redis) -> None:
     assert "retry_count" not in json.loads(r.lindex("queue:default", 0) or b"{}")
 
 
+def test_a_job_whose_queue_is_no_name_is_refused(r: redis.Redis) -> None:
+    odd = [json.dumps({"class": "X", "args": [], "jid": f"{n:024x}", "queue": queue})
+           for n, queue in enumerate(([1], 7, "", None, {"a": 1}))]
+    r.zadd(keys.DEAD, {member: n for n, member in enumerate(odd)})
+    outcome = set_bulk.act_on_matching(DeadSet(r), "retry", "")
+    assert (outcome.acted, outcome.refused) == (0, 5) and r.zcard(keys.DEAD) == 5
+    assert all("not a job" in reason for reason in outcome.reasons)
+    assert set_bulk.act_on_matching(DeadSet(r), "delete", "X", field="class").acted == 5
+
+
 def test_a_wrong_typed_target_refuses_that_member_only(r: redis.Redis) -> None:
     r.set("queue:broken", "x")
     r.zadd(keys.DEAD, {job(1, queue="broken"): 1, job(2): 2})

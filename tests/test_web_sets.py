@@ -292,10 +292,24 @@ def test_bench_web_times_every_page_at_scale() -> None:
                           text=True, timeout=300, check=False)
     table = {line[:24].strip(): line for line in done.stdout.splitlines()}
     assert "dead 100,000" in done.stdout and "queues 1,000" in done.stdout, done.stdout
-    for label, _ in bench_web.pages("k"):
+    for label, _ in bench_web.pages(dict.fromkeys(("dead", "retries", "scheduled"), "k")):
         assert label in table, done.stdout
     for label in ("Scheduled", "Retries", "Dead", "Dead, page 4000", "Dead, search by class",
-                  "Dead, search: no match", "Dead, search in args", "a dead job"):
+                  "Dead, search: no match", "Dead, search in args", "a dead job", "a retry",
+                  "a scheduled job"):
         assert table[label].endswith("PASS"), done.stdout
     failing = [line for line in table.values() if line.endswith(("FAIL", "MISSING"))]
     assert done.returncode == (1 if failing else 0), done.stderr
+
+
+def test_bench_web_times_every_page_the_app_serves() -> None:
+    """Every GET route of the app (but the login form) is among ``forkq bench --web``'s pages,
+    those with a parameter through an example path."""
+    from forkq.web import routes, views
+    views.load()
+    timed = [path.split("?")[0] for _, path in bench_web.pages(
+        dict.fromkeys(("dead", "retries", "scheduled"), "1.0-0123456789abcdef"))]
+    for candidate in routes.ROUTES:
+        if candidate.method != "GET" or candidate.pattern == "/login":
+            continue
+        assert any(candidate.regex.match(path) for path in timed), candidate.pattern

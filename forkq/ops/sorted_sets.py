@@ -119,7 +119,7 @@ class JobSet:
         for entry in entries:
             try:
                 steps.append(build(entry))
-            except ForkqError as exc:
+            except (ForkqError, TypeError, ValueError) as exc:  # not a job; JSON cannot carry it
                 steps.append(exc)
         lua = script(self.redis, "entry")
         with self.redis.pipeline(transaction=False) as pipe:
@@ -159,7 +159,8 @@ class JobSet:
         return done
 
     def _job(self, entry: SortedEntry, doing: str) -> dict[str, Any]:
-        if not entry.item or not entry.queue:
+        queue = entry.item.get("queue")
+        if not entry.item or not isinstance(queue, str) or not queue:
             raise ForkqError(f"cannot {doing} a {self.name} entry that is not a job: "
                              f"{entry.raw[:200]!r}")
         return dict(entry.item)

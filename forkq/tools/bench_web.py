@@ -38,7 +38,7 @@ from forkq.connection import connect
 from forkq.embedded import EmbeddedServer
 from forkq.metrics import layout
 from forkq.ops import set_pages
-from forkq.ops.sorted_sets import DeadSet
+from forkq.ops.sorted_sets import DeadSet, RetrySet, ScheduledSet
 from forkq.web import make_app
 from forkq.web.security import Auth
 
@@ -89,12 +89,12 @@ def run(*, renders: int = RENDERS) -> int:
         try:
             r = connect(server.url)
             started = time.monotonic()
-            key = fill(r, time.time())
+            entry_keys = fill(r, time.time())
             print(f"filled in {time.monotonic() - started:.1f} s: {r.dbsize():,} keys, "
                   f"{r.info('memory')['used_memory_human']}", file=sys.stderr, flush=True)
             app = make_app(server.url, auth=Auth(), allow_anonymous=True,
                            periodic=periodic_entries())
-            timings = [time_page(app, r, label, path, renders) for label, path in pages(key)]
+            timings = [time_page(app, r, label, path, renders) for label, path in pages(entry_keys)]
             print(table(timings, r))
             r.close()
         finally:
@@ -102,8 +102,9 @@ def run(*, renders: int = RENDERS) -> int:
     return 0 if all(t.passed for t in timings) else 1
 
 
-def pages(dead_key: str) -> list[tuple[str, str]]:
-    """Every page of the dashboard, with the worst cases of the big sets."""
+def pages(entry_keys: dict[str, str]) -> list[tuple[str, str]]:
+    """Every page of the dashboard, with the worst cases of the big sets; ``entry_keys`` names
+    one entry of each set (``scheduled``, ``retries``, ``dead``) for the job pages."""
     return [
         ("Dashboard", "/"), ("Busy", "/busy"), ("Queues", "/queues"),
         ("Queues, last page", "/queues?page=999"),
@@ -112,7 +113,9 @@ def pages(dead_key: str) -> list[tuple[str, str]]:
         ("Dead, search by class", "/dead?q=Job137"),
         ("Dead, search: no match", "/dead?q=no-such-text"),
         ("Dead, search in args", "/dead?q=user-4242&field=args"),
-        ("a dead job", f"/dead/{dead_key}"), ("Periodic", "/periodic"),
+        ("a dead job", f"/dead/{entry_keys['dead']}"),
+        ("a retry", f"/retries/{entry_keys['retries']}"),
+        ("a scheduled job", f"/scheduled/{entry_keys['scheduled']}"), ("Periodic", "/periodic"),
         ("Metrics", "/metrics/jobs"), ("/metrics (Prometheus)", "/metrics"),
     ]
 
@@ -136,8 +139,8 @@ def failed(n: int, now: float, died: float) -> dict[str, Any]:
                failed_at=died, retry_count=25, error_backtrace=backtrace(n))
 
 
-def fill(r: redis.Redis, now: float) -> str:
-    """Write the data set; returns the key of one dead job (for its page)."""
+def fill(r: redis.Redis, now: float) -> dict[str, str]:
+    """Write the data set; returns the key of one entry of each set, from its middle."""
     pipe = r.pipeline(transaction=False)
     for n in range(DEAD):
         died = now - 86400 * 30 * n / DEAD
@@ -160,8 +163,9 @@ def fill(r: redis.Redis, now: float) -> str:
     fill_processes(r, now)
     fill_stats(r, now)
     fill_metrics(r, now)
-    middle = set_pages.page(DeadSet(r), DEAD // 2, size=1, newest_first=True).entries[0]
-    return set_pages.entry_key(middle)
+    return {name: set_pages.entry_key(set_pages.page(
+        jobset(r), jobset(r).size() // 2, size=1).entries[0])
+        for name, jobset in (("dead", DeadSet), ("retries", RetrySet), ("scheduled", ScheduledSet))}
 
 
 def fill_processes(r: redis.Redis, now: float) -> None:

@@ -112,7 +112,7 @@ def show_list(request: Request, spec: SetPage) -> Response:
             context["size"] = jobset.size()
         if query:
             found = set_search.search(jobset, query, field=field, want=per,
-                                      cursor=request.int_arg("cursor", 0),
+                                      cursor=request.int_arg("cursor", 0, high=2**64 - 1),
                                       newest_first=newest_first)
             context.update(found=found, rows=[row(e) for e in found.entries])
         else:
