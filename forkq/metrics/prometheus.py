@@ -35,18 +35,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from forkq import keys
-from forkq.metrics import layout, sampler
+from forkq.metrics import layout, sampler, text_format
 from forkq.metrics.report import skipped
+from forkq.metrics.text_format import Family
 from forkq.ops.processes import FIELDS, Process
 
 log = logging.getLogger(__name__)
@@ -54,13 +48,22 @@ log = logging.getLogger(__name__)
 CONTENT_TYPE: str = CONTENT_TYPE_LATEST
 SERIES = ("queue", "job_class")
 PROCESS = ("identity", "hostname", "tag")
+# the ``le`` of each bucket as the text format writes it: Sidekiq's edges in seconds, +Inf
+_EDGES = [f"{ms / 1000:g}" for ms in layout.EDGES_MS] + ["+Inf"] * (
+    layout.BUCKETS - len(layout.EDGES_MS))
 
 
 def exposition(client: redis.Redis) -> bytes:
     """The text exposition (``CONTENT_TYPE``) of the cluster behind ``client``, read now."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(ClusterCollector(client))
-    return generate_latest(registry)
+    return text_format.render(families(read(client, time.time())))
+
+
+def families(snap: Snapshot) -> Iterator[Family]:
+    """Every series of one scrape, in exposition order."""
+    yield from _job_series(snap)
+    yield from _queue_series(snap)
+    yield from _process_series(snap)
+    yield from _totals(snap)
 
 
 @dataclass
@@ -75,20 +78,6 @@ class Snapshot:
     stats: dict[str, int] = field(default_factory=dict)
     leader: bool = False
     skipped: int = 0
-
-
-class ClusterCollector(Collector):
-    """Reads Redis on each :meth:`collect` (one scrape) and yields every series."""
-
-    def __init__(self, client: redis.Redis) -> None:
-        self._redis = client
-
-    def collect(self) -> Iterator[Metric]:
-        snap = read(self._redis, time.time())
-        yield from _job_series(snap)
-        yield from _queue_series(snap)
-        yield from _process_series(snap)
-        yield from _totals(snap)
 
 
 def read(client: redis.Redis, now: float) -> Snapshot:
@@ -157,17 +146,18 @@ def _checked(snap: Snapshot, key: str, reply: Any) -> Any:
     return reply
 
 
-def _job_series(snap: Snapshot) -> Iterator[Metric]:
-    processed = CounterMetricFamily("forkq_jobs_processed", "Job runs, failures included.",
-                                    labels=SERIES)
-    failed = CounterMetricFamily("forkq_jobs_failed", "Job runs that failed.", labels=SERIES)
-    runtime = HistogramMetricFamily("forkq_job_runtime_seconds",
-                                    "Duration of job runs, failures included.", labels=SERIES)
+def _job_series(snap: Snapshot) -> Iterator[Family]:
+    processed = Family("forkq_jobs_processed_total", "counter",
+                       "Job runs, failures included.")
+    failed = Family("forkq_jobs_failed_total", "counter", "Job runs that failed.")
+    runtime = Family("forkq_job_runtime_seconds", "histogram",
+                     "Duration of job runs, failures included.")
     for (queue, klass), metrics in sorted(snap.jobs.items()):
-        labels = [queue, klass]
-        processed.add_metric(labels, metrics.get("p", 0))
-        failed.add_metric(labels, metrics.get("f", 0))
-        runtime.add_metric(labels, _buckets(metrics), metrics.get("us", 0) / 1e6)
+        series = {"queue": queue, "job_class": klass}
+        label_text = text_format.labels(**series)
+        processed.add(metrics.get("p", 0), label_text)
+        failed.add(metrics.get("f", 0), label_text)
+        runtime.add_histogram(series, _buckets(metrics), metrics.get("us", 0) / 1e6)
     yield from (processed, failed, runtime)
 
 
@@ -175,63 +165,62 @@ def _buckets(metrics: dict[str, int]) -> list[tuple[str, float]]:
     """Cumulative ``le`` buckets from the per-bucket counts ``b0`` … ``b25``."""
     out: list[tuple[str, float]] = []
     total = 0
-    for index in range(layout.BUCKETS):
+    for index, edge in enumerate(_EDGES):
         total += metrics.get(f"b{index}", 0)
-        edge = layout.EDGES_MS[index] / 1000 if index < len(layout.EDGES_MS) else None
-        out.append((f"{edge:g}" if edge is not None else "+Inf", total))
+        out.append((edge, total))
     return out
 
 
-def _queue_series(snap: Snapshot) -> Iterator[Metric]:
-    size = GaugeMetricFamily("forkq_queue_size", "Jobs waiting in the queue.", labels=["queue"])
-    latency = GaugeMetricFamily("forkq_queue_latency_seconds",
-                                "How long the oldest job of the queue has waited.",
-                                labels=["queue"])
-    paused = GaugeMetricFamily("forkq_queue_paused", "1 when the queue is paused.",
-                               labels=["queue"])
+def _queue_series(snap: Snapshot) -> Iterator[Family]:
+    size = Family("forkq_queue_size", "gauge", "Jobs waiting in the queue.")
+    latency = Family("forkq_queue_latency_seconds", "gauge",
+                     "How long the oldest job of the queue has waited.")
+    paused = Family("forkq_queue_paused", "gauge", "1 when the queue is paused.")
     for name, (count, waited) in sorted(snap.queues.items()):
-        size.add_metric([name], count)
-        latency.add_metric([name], waited)
-        paused.add_metric([name], 1 if name in snap.paused else 0)
+        label_text = text_format.labels(queue=name)
+        size.add(count, label_text)
+        latency.add(waited, label_text)
+        paused.add(1 if name in snap.paused else 0, label_text)
     yield from (size, latency, paused)
 
 
-def _process_series(snap: Snapshot) -> Iterator[Metric]:
-    families = {
-        "concurrency": GaugeMetricFamily("forkq_process_concurrency",
-                                         "Processors of one daemon.", labels=PROCESS),
-        "busy": GaugeMetricFamily("forkq_process_busy", "Busy processors of one daemon.",
-                                  labels=PROCESS),
-        "leader": GaugeMetricFamily("forkq_process_leader",
-                                    "1 for the daemon whose scheduler is the leader.",
-                                    labels=PROCESS),
-    }
+def _process_series(snap: Snapshot) -> Iterator[Family]:
+    concurrency = Family("forkq_process_concurrency", "gauge", "Processors of one daemon.")
+    busy = Family("forkq_process_busy", "gauge", "Busy processors of one daemon.")
+    leader = Family("forkq_process_leader", "gauge",
+                    "1 for the daemon whose scheduler is the leader.")
     for process in snap.processes:
-        labels = [process.identity, process.hostname, str(process.info.get("tag") or "")]
-        families["concurrency"].add_metric(labels, process.concurrency)
-        families["busy"].add_metric(labels, process.busy)
-        families["leader"].add_metric(labels, 1 if process.leader else 0)
-    yield from families.values()
-    yield GaugeMetricFamily("forkq_processes", "Live daemons.", value=len(snap.processes))
-    yield GaugeMetricFamily("forkq_processors", "Processors of every live daemon.",
-                            value=sum(p.concurrency for p in snap.processes))
-    yield GaugeMetricFamily("forkq_processors_busy", "Busy processors of every live daemon.",
-                            value=sum(p.busy for p in snap.processes))
-    yield GaugeMetricFamily("forkq_leader", "1 when a scheduler leader holds office.",
-                            value=1 if snap.leader else 0)
+        label_text = text_format.labels(identity=process.identity, hostname=process.hostname,
+                                        tag=str(process.info.get("tag") or ""))
+        concurrency.add(process.concurrency, label_text)
+        busy.add(process.busy, label_text)
+        leader.add(1 if process.leader else 0, label_text)
+    yield from (concurrency, busy, leader)
+    yield _single("forkq_processes", "gauge", "Live daemons.", len(snap.processes))
+    yield _single("forkq_processors", "gauge", "Processors of every live daemon.",
+                  sum(p.concurrency for p in snap.processes))
+    yield _single("forkq_processors_busy", "gauge", "Busy processors of every live daemon.",
+                  sum(p.busy for p in snap.processes))
+    yield _single("forkq_leader", "gauge", "1 when a scheduler leader holds office.",
+                  1 if snap.leader else 0)
 
 
-def _totals(snap: Snapshot) -> Iterator[Metric]:
-    yield CounterMetricFamily("forkq_processed", "Sidekiq's stat:processed (every process).",
-                              value=snap.stats["processed"])
-    yield CounterMetricFamily("forkq_failed", "Sidekiq's stat:failed (every process).",
-                              value=snap.stats["failed"])
+def _totals(snap: Snapshot) -> Iterator[Family]:
+    yield _single("forkq_processed_total", "counter",
+                  "Sidekiq's stat:processed (every process).", snap.stats["processed"])
+    yield _single("forkq_failed_total", "counter", "Sidekiq's stat:failed (every process).",
+                  snap.stats["failed"])
     for name in ("scheduled", "retry", "dead"):
-        yield GaugeMetricFamily(f"forkq_{name}_jobs", f"Jobs in the {name} set.",
-                                value=snap.stats[name])
-    yield GaugeMetricFamily("forkq_metrics_skipped_keys",
-                            "Keys this scrape skipped: the wrong type or unreadable.",
-                            value=snap.skipped)
+        yield _single(f"forkq_{name}_jobs", "gauge", f"Jobs in the {name} set.",
+                      snap.stats[name])
+    yield _single("forkq_metrics_skipped_keys", "gauge",
+                  "Keys this scrape skipped: the wrong type or unreadable.", snap.skipped)
+
+
+def _single(name: str, kind: str, doc: str, value: float) -> Family:
+    family = Family(name, kind, doc)
+    family.add(value)
+    return family
 
 
 def _text(value: bytes | str) -> str:
