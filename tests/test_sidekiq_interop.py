@@ -38,6 +38,7 @@ from forkq.daemon.children import failures
 from forkq.embedded import EmbeddedServer
 from forkq.subprocesses import terminate
 
+from . import debian
 from .conftest import bench_table, positive, run_forkq, until
 
 pytestmark = pytest.mark.ruby
@@ -57,11 +58,8 @@ def _ruby_problem() -> str:
     Debian's ruby-sidekiq is installed once, so the README's test command works there too.
     """
     problem = _probe_ruby()
-    if problem and os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for command in (["apt-get", "update", "-qq"],
-                        ["apt-get", "install", "-y", "-qq", "ruby-sidekiq"]):
-            subprocess.run(command, env=env, capture_output=True, timeout=900, check=False)
+    if problem:
+        debian.install("ruby-sidekiq")
         problem = _probe_ruby()
     return problem
 

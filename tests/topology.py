@@ -22,6 +22,8 @@ import redis
 
 from forkq.subprocesses import terminate, wait_for
 
+from . import debian
+
 SERVICE = "mymaster"
 PASSWORD = "m-secret"  # the master's and the replica's requirepass
 SENTINEL_PASSWORD = "s-secret"  # the sentinels' requirepass
@@ -49,6 +51,9 @@ class Node:
         """Start it; wait until ``ready()`` (default: it answers PING on its port)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         binary = shutil.which("redis-sentinel" if self.sentinel else "redis-server")
+        if binary is None:
+            debian.install("redis-sentinel")
+            binary = shutil.which("redis-sentinel" if self.sentinel else "redis-server")
         assert binary, "redis-server / redis-sentinel not on PATH (apt-get install redis-sentinel)"
         command = [binary]
         if self.sentinel:  # a sentinel needs a writable config file of its own

@@ -47,6 +47,8 @@ from selenium.webdriver.support.ui import WebDriverWait
 from forkq.subprocesses import terminate, wait_for
 from forkq.tools.driver import DaemonProcess
 
+from .. import debian
+
 TESTS = Path(__file__).parent.parent
 ROOT = TESTS.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -62,6 +64,9 @@ class BrowserMissingError(AssertionError):
 def chromium(width: int = WINDOW[0], height: int = WINDOW[1]) -> WebDriver:
     """A headless Chromium at a fixed window size; the caller quits it."""
     missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not os.access(path, os.X_OK)]
+    if missing:
+        debian.install("chromium", "chromium-driver")
+        missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not os.access(path, os.X_OK)]
     if missing:
         raise BrowserMissingError(
             f"{' and '.join(missing)} not found: the browser tests need Debian's chromium and "
