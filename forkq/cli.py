@@ -249,7 +249,7 @@ def _web_parser(sub: argparse.ArgumentParser) -> None:
 def _web(args: argparse.Namespace) -> int:
     from forkq import web
     from forkq.registry import REGISTRY
-    from forkq.web import security, server
+    from forkq.web import host_guard, security, server
 
     settings = config.load(args, os.environ)
     auth = security.Auth.from_environ(os.environ, admin_file=args.password_file,
@@ -263,6 +263,8 @@ def _web(args: argparse.Namespace) -> int:
                        registry=REGISTRY if settings.require else None)
     roles = " + ".join(role for role, password in (("admin", auth.admin_password), (
         "read-only", auth.readonly_password)) if password) or "off (loopback only)"
+    if not auth.enabled:
+        app = host_guard.loopback_hosts_only(app)
     return server.serve(app, host=args.bind, port=args.port, describe=f"(auth: {roles})")
 
 

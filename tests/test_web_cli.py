@@ -94,3 +94,22 @@ def test_reads_periodic_entries_from_the_config_file(web_cli: Any, tmp_path: Pat
     web = web_cli("-C", str(config))
     page = Browser(web.base).get("/periodic")
     assert "Asia/Tokyo" in page.row("data-periodic", "nightly"), web.log()
+
+
+def test_without_a_password_it_answers_only_to_loopback_host_names(
+        web_cli: Any, r: redis.Redis) -> None:
+    """The DNS-rebinding guard: a page of another site whose name resolves to 127.0.0.1
+    sends its own name as Host; without a password that is refused before the app runs."""
+    r.sadd("queues", "mail")
+    web = web_cli()
+    port = web.base.rstrip("/").rpartition(":")[2]
+    browser = Browser(web.base)
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", "[::1]", "localhost"):
+        assert browser.get("/", Host=host).status == 200, host
+    for host in (f"evil.example:{port}", "evil.example", f"192.168.1.5:{port}", "[::1"):
+        refused = browser.get("/", Host=host)
+        assert refused.status == 403 and "DNS rebinding" in refused.body, host
+    posted = browser.post("/queues/pause", {"name": "mail"},
+                          headers={"Host": f"attacker.example:{port}"})
+    assert posted.status == 403 and not r.sismember("forkq:paused", "mail")
+    assert web.stop() == 0
