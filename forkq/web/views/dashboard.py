@@ -4,7 +4,9 @@ throughput chart (drawn by forkq.js from the totals of successive refreshes), th
 UTC day (``stat:processed:<date>``), and the Redis server's facts (INFO).
 
 A key of the wrong type among those the totals read (a queue that is not a list, say) is
-reported on the page instead of the totals; history and Redis facts still show.
+reported on the page instead of the totals; history and Redis facts still show. A wrong-typed
+fixed key or daily counter is named in the page's notice (:mod:`forkq.web.damage`; a daily
+counter of the wrong type reads as 0).
 
 Bounded work: one pipelined read of the totals (:class:`~forkq.ops.stats.Stats`: two
 commands per listed queue), one MGET per counter for at most 90 days, one INFO.
@@ -17,7 +19,9 @@ from typing import Any
 
 import redis
 
+from forkq import keys
 from forkq.ops.stats import Stats, history
+from forkq.web import damage
 from forkq.web.routes import Request, Response, render, route
 
 HISTORY_DAYS = (7, 30, 90)
@@ -28,13 +32,18 @@ INFO_FIELDS = ("redis_version", "uptime_in_days", "connected_clients", "used_mem
 @route("GET", "/")
 def dashboard(request: Request) -> Response:
     now = time.time()
+    days = request.int_arg("days", 7, low=1, high=max(HISTORY_DAYS))
+    days = min(HISTORY_DAYS, key=lambda choice: abs(choice - days))
+    damage.fixed(request, keys.QUEUES, keys.PROCESSES, keys.STAT_PROCESSED, keys.STAT_FAILED,
+                 keys.SCHEDULE, keys.RETRY, keys.DEAD)
+    damage.check(request, {keys.daily(stat, keys.utc_date(now - 86400 * day)): "string"
+                           for day in range(days)
+                           for stat in (keys.STAT_PROCESSED, keys.STAT_FAILED)})
     try:
         stats: Stats | None = Stats.read(request.redis, now)
         problem = ""
     except redis.ResponseError as exc:  # a wrong-typed key: the rest of the page still shows
         stats, problem = None, f"the totals could not be read: Redis refused: {exc}"
-    days = request.int_arg("days", 7, low=1, high=max(HISTORY_DAYS))
-    days = min(HISTORY_DAYS, key=lambda choice: abs(choice - days))
     rows = history(request.redis, days, now)
     peak = max([1, *(row["processed"] for row in rows)])
     today = rows[0]
