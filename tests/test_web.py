@@ -24,7 +24,7 @@ from forkq.errors import ConfigError
 from forkq.metrics import layout
 from forkq.ops.records import SortedEntry
 from forkq.ops.set_pages import entry_key
-from forkq.web import Auth, make_app
+from forkq.web import Auth, Throttle, make_app
 from forkq.web.mount import mount
 
 from .conftest import records, until
@@ -544,3 +544,26 @@ def test_a_wrong_typed_key_is_named_on_every_page_that_reads_it_and_nothing_answ
     entry = SortedEntry(member, score=score)
     done = browser.post(f"/{path}/bulk", [("delete", "1"), ("key", entry_key(entry))])
     assert done.status == 303 and r.zcard(zset) == 0
+
+
+def test_failed_logins_are_throttled_per_address_and_sessions_go_on(web: Any) -> None:
+    clock = [1000.0]
+    browser = web(auth=Auth(admin_password=ADMIN, readonly_password=READER),
+                  throttle=Throttle(clock=lambda: clock[0]))
+    session = Browser(browser.base)
+    assert session.login(ADMIN).status == 303, "a correct password does not count"
+    for _ in range(3):
+        assert Browser(browser.base).login("wrong").status == 403
+    for header in ("Bearer nope", "Basic " + base64.b64encode(b"prom:nope").decode()):
+        assert browser.get("/metrics", Authorization=header).status == 401
+    clock[0] += 15
+    for attempt in (lambda b: b.login(ADMIN),
+                    lambda b: b.get("/metrics", Authorization=f"Bearer {READER}")):
+        refused = attempt(Browser(browser.base))
+        assert refused.status == 429 and refused.header("Retry-After") == "45"
+        assert "too many failed logins" in refused.body
+    assert session.get("/queues").status == 200, "a session is no password check"
+    assert browser.get("/login").status == 200
+    clock[0] += 45
+    assert Browser(browser.base).login(ADMIN).status == 303
+    assert browser.get("/metrics", Authorization=f"Bearer {READER}").status == 200

@@ -1,8 +1,10 @@
 """The dashboard as one WSGI callable: :class:`WebApp`.
 
 Per request, in this order: static files (``/static/<name>``, no login needed: they are the
-package's own); the visitor's role (:mod:`forkq.web.security`: session cookie or
-``Authorization`` header; everyone is admin when auth is off); the route
+package's own); for a password check (an ``Authorization`` header, ``POST /login``) from an
+address refused by :mod:`forkq.web.throttle`, 429 with ``Retry-After``; the visitor's role
+(:mod:`forkq.web.security`: session cookie or ``Authorization`` header; everyone is admin
+when auth is off); the route
 (:mod:`forkq.web.routes`; 404 / 405); for a POST the form, the CSRF token (403 when missing
 or wrong) and the role (403 for read-only), all before the view runs; then the view, whose
 Redis errors become a 503 page. Every response carries the security headers and
@@ -28,6 +30,7 @@ import redis
 from forkq.errors import ForkqError
 from forkq.web import routes, security, views
 from forkq.web.routes import Request, Response, render
+from forkq.web.throttle import Throttle, client_address
 
 STATIC = Path(__file__).parent / "static"
 StartResponse = Callable[..., Any]
@@ -38,12 +41,14 @@ class WebApp:
     """The WSGI application; build it with :func:`forkq.web.make_app`."""
 
     def __init__(self, client_factory: Callable[[], redis.Redis], *, auth: security.Auth,
-                 settings: dict[str, Any]) -> None:
+                 settings: dict[str, Any], throttle: Throttle | None = None) -> None:
         self._factory = client_factory
         self._client: redis.Redis | None = None
         self._lock = threading.Lock()
         self.auth = auth
-        self.settings = {**settings, "auth_on": auth.enabled, "auth": auth}
+        self.throttle = Throttle() if throttle is None else throttle
+        self.settings = {**settings, "auth_on": auth.enabled, "auth": auth,
+                         "throttle": self.throttle}
         self.static = {p.name: p for p in STATIC.iterdir() if p.is_file()}
         views.load()
 
@@ -101,11 +106,20 @@ class WebApp:
             return security.ADMIN
         header = request.environ.get("HTTP_AUTHORIZATION", "")
         if header:
-            return self.auth.header_role(header)
+            role = self.auth.header_role(header)
+            if role is None:
+                self.throttle.failed(client_address(request.environ))
+            return role
         session = request.cookies.get(security.SESSION_COOKIE, "")
         return self.auth.session_role(session) if session else None
 
     def _respond(self, request: Request, secure: bool) -> Response:
+        wait = self._refused_for(request)
+        if wait:
+            throttled = self._error(request, 429, "too many failed logins from your address: "
+                                    f"try again in {wait} s")
+            throttled.headers.append(("Retry-After", str(wait)))
+            return throttled
         role = self._role(request)
         if role is None and request.path not in OPEN_PATHS:
             return self._unauthenticated(request)
@@ -124,6 +138,14 @@ class WebApp:
         else:
             self._take_flash(request)
         return self._run(found.view, request, secure)
+
+    def _refused_for(self, request: Request) -> int:
+        """Seconds this request's address must wait, when the request checks a password."""
+        checks = bool(request.environ.get("HTTP_AUTHORIZATION")) or (
+            request.method == "POST" and request.path == "/login")
+        if not self.auth.enabled or not checks:
+            return 0
+        return self.throttle.retry_after(client_address(request.environ))
 
     def _unauthenticated(self, request: Request) -> Response:
         """Programs (a header sent, or not asking for HTML, or /metrics) get 401 with a Basic
