@@ -567,3 +567,25 @@ def test_failed_logins_are_throttled_per_address_and_sessions_go_on(web: Any) ->
     clock[0] += 45
     assert Browser(browser.base).login(ADMIN).status == 303
     assert browser.get("/metrics", Authorization=f"Bearer {READER}").status == 200
+
+
+@pytest.mark.parametrize(("damaged", "path", "fields"), [
+    (keys.PAUSED, "/queues/pause", {"name": "other"}),
+    (keys.PAUSED, "/queues/resume", {"name": "other"}),
+    (keys.QUEUES, "/queues/clear", {"name": "other"}),
+    (keys.PROCESSES, "/busy/quiet", {"all": "1"}),
+    (keys.RETRY, "/retries/bulk", {"delete_all": "1"}),
+    (keys.RETRY, "/retries/bulk", {"retry": "1", "key": "1700000000-abc"}),
+    (keys.DEAD, "/dead/1700000000-abc", {"delete": "1"}),
+])
+def test_an_action_on_a_wrong_typed_key_names_it_and_never_answers_500(
+        web: Any, r: redis.Redis, damaged: str, path: str, fields: dict[str, str]) -> None:
+    _push(r, "other", 1)
+    r.delete(damaged)
+    r.set(damaged, "damaged")
+    browser = web(periodic=cron.read_entries([{"name": "n", "cron": "0 3 * * *",
+                                               "class": "Record"}]))
+    done = browser.post(path, fields)  # 409 (the key named), or back with a flash naming it
+    assert done.status in (303, 409), (done.status, done.body[:3000])
+    shown = browser.get(done.header("Location")) if done.status == 303 else done
+    assert shown.status in (200, 409) and repr(damaged) in unescape(shown.body), shown.body

@@ -7,8 +7,9 @@ address refused by :mod:`forkq.web.throttle`, 429 with ``Retry-After``; the visi
 when auth is off); the route
 (:mod:`forkq.web.routes`; 404 / 405); for a POST the form, the CSRF token (403 when missing
 or wrong) and the role (403 for read-only), all before the view runs; then the view, whose
-Redis errors become a 503 page. Every response carries the security headers and
-``Cache-Control: no-store`` (static files may be cached).
+Redis errors become a 503 page (no answer) or a 409 naming the wrong-typed keys (WRONGTYPE
+from an action, or a read no view guards: :mod:`forkq.web.damage`). Every response carries
+the security headers and ``Cache-Control: no-store`` (static files may be cached).
 
 The app honours ``SCRIPT_NAME``, so it can be mounted under a prefix in another WSGI or ASGI
 application; every URL it writes starts with that prefix.
@@ -16,6 +17,7 @@ application; every URL it writes starts with that prefix.
 
 from __future__ import annotations
 
+import contextlib
 import mimetypes
 import sys
 import threading
@@ -28,7 +30,7 @@ from urllib.parse import unquote
 import redis
 
 from forkq.errors import ForkqError
-from forkq.web import routes, security, views
+from forkq.web import damage, routes, security, views
 from forkq.web.routes import Request, Response, render
 from forkq.web.throttle import Throttle, client_address
 
@@ -181,6 +183,10 @@ class WebApp:
             response = view(request)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             return self._error(request, 503, f"Redis did not answer: {exc}")
+        except redis.ResponseError as exc:
+            if damage.is_wrong_type(exc):
+                return self._wrong_type(request, exc)
+            return self._error(request, 500, f"{type(exc).__name__}: {exc}")
         except (redis.RedisError, ForkqError) as exc:
             return self._error(request, 500, f"{type(exc).__name__}: {exc}")
         except Exception:  # noqa: BLE001 - the one process boundary: a view bug must not kill the server
@@ -190,6 +196,13 @@ class WebApp:
             response.headers.append(("Set-Cookie", security.cookie(
                 "forkq_flash", "", path=request.script_name or "/", secure=secure, max_age=0)))
         return response
+
+    def _wrong_type(self, request: Request, exc: Exception) -> Response:
+        """409, the fixed keys of the wrong type named in the page's notice."""
+        with contextlib.suppress(redis.RedisError):  # the message still says what was refused
+            damage.check(request, damage.TYPES)
+        return self._error(request, 409, f"Redis refused: {exc} (a key this uses has the "
+                           "wrong type; other items are not affected)")
 
     def _error(self, request: Request, status: int, message: str) -> Response:
         try:

@@ -6,6 +6,8 @@ A view calls :func:`check` once with the fixed keys it reads and their types (on
 ``TYPE`` per key, a round trip; a missing key is fine), and wraps a read that would raise
 ``WRONGTYPE`` in :func:`guarded`, which answers the fallback instead. Per-item keys (a
 queue's list, a process's hash, a minute's metrics) are reported by the code reading them.
+An action (or an unguarded read) that meets WRONGTYPE answers 409 with every fixed key of
+the wrong type named (:mod:`forkq.web.app`), never 500.
 """
 
 from __future__ import annotations
@@ -61,13 +63,18 @@ def fixed(request: Request, *names: str) -> list[str]:
     return check(request, {name: TYPES[name] for name in names})
 
 
+def is_wrong_type(exc: redis.ResponseError) -> bool:
+    """Redis refused because a key holds another type (also a forkq script's refusal)."""
+    return "WRONGTYPE" in str(exc)  # a pipeline's error names its command first
+
+
 def guarded(request: Request, read: Callable[[], T], fallback: T, what: str) -> T:
     """``read()``, or ``fallback`` (noting ``what`` could not be read) when Redis answers
     WRONGTYPE; any other error goes on up."""
     try:
         return read()
     except redis.ResponseError as exc:
-        if not str(exc).startswith("WRONGTYPE"):
+        if not is_wrong_type(exc):
             raise
         note(request, f"{what} could not be read: Redis refused: {exc}")
         return fallback
