@@ -422,6 +422,8 @@ def test_wrong_typed_keys_are_reported_not_fatal(web: Any, r: redis.Redis) -> No
     page = browser.get("/queues")
     assert page.status == 200
     assert "is not a list" in page.row("data-queue", "broken")
+    broken = browser.get("/queues/broken")
+    assert broken.status == 200 and "'queue:broken' is not a list" in unescape(broken.body)
     assert '"size">1<' in page.row("data-queue", "fine")
     assert "is not a set" in page.body
     periodic = browser.get("/periodic")

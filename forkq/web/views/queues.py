@@ -61,16 +61,19 @@ def queues(request: Request) -> Response:
 @route("GET", "/queues/<path:name>")
 def queue(request: Request) -> Response:
     found = Queue(request.redis, request.params["name"])
-    damage.fixed(request, keys.QUEUES, keys.PAUSED)
-    size = found.size()
+    damaged = damage.check(request, {keys.QUEUES: damage.TYPES[keys.QUEUES],
+                                     keys.PAUSED: damage.TYPES[keys.PAUSED], found.key: "list"})
+    usable = found.key not in damaged  # a list of another type shows as empty, named
+    size = found.size() if usable else 0
     pager = paginate(size, request.int_arg("page", 1, low=1), JOBS_PER_PAGE)
     members = request.redis.lrange(found.key, pager["start"], pager["stop"] - 1) if size else []
     jobs = [(JobRecord(raw(member), found.key), base64.b64encode(raw(member)).decode())
             for member in members]
     return render(request, "queue.html", queue=found, size=size, pager=pager, jobs=jobs,
-                  latency=found.latency(),
+                  latency=found.latency() if usable else 0.0,
                   paused=damage.guarded(request, found.is_paused, False, "the paused state"),
-                  exists=damage.guarded(request, found.exists, size > 0, "the queue list"),
+                  exists=not usable or damage.guarded(request, found.exists, size > 0,
+                                                      "the queue list"),
                   at=time.time())
 
 
