@@ -455,6 +455,7 @@ def test_every_page_and_button_works_as_the_readme_least_privilege_acl_user(
                          "/metrics"):
                 page = browser.get(path)
                 assert page.status == 200, (path, page.body[-3000:])
+                assert 'id="damaged-keys"' not in page.body, (path, page.body[-3000:])
             member = admin.lindex("queue:mail", 0)
             assert member is not None
             identity = next(i.decode() for i in admin.smembers("processes"))
@@ -541,6 +542,8 @@ def test_a_wrong_typed_key_is_named_on_every_page_that_reads_it_and_nothing_answ
         if path.partition("?")[0] in naming or path in naming or (
                 path == entry_page and "/dead/" in naming):
             assert repr(key) in unescape(page.body), (path, page.body[:3000])
+        else:
+            assert 'id="damaged-keys"' not in page.body, (path, page.body[:3000])
     scrape = browser.get("/metrics", Accept="text/plain")
     assert scrape.status == 200
     if nickname in ("queues", "processes", "paused", "processed", "failed", "schedule",

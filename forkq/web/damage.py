@@ -49,8 +49,10 @@ def check(request: Request, wanted: Mapping[str, str]) -> list[str]:
             pipe.type(name)
         found = pipe.execute(raise_on_error=False)
     damaged = []
-    for name, kind in zip(names, found, strict=True):
-        kind = text(kind) if isinstance(kind, bytes | str) else "unknown"
+    for name, reply in zip(names, found, strict=True):
+        if not isinstance(reply, bytes | str):  # TYPE refused (an ACL): nothing to say
+            continue
+        kind = text(reply)
         if kind not in ("none", wanted[name]):
             damaged.append(name)
             note(request, f"key {name!r} is not a {wanted[name]} (it is a {kind}): "
