@@ -4,7 +4,8 @@
 inside another application (Django, Flask, FastAPI: see the README's "Web dashboard").
 Pages live in :mod:`forkq.web.views`, one module per page group; the request plumbing in
 :mod:`forkq.web.routes` and :mod:`forkq.web.app`; who may do what in
-:mod:`forkq.web.security`.
+:mod:`forkq.web.security` (failed logins: :mod:`forkq.web.throttle`); wrong-typed keys on a
+page in :mod:`forkq.web.damage`.
 """
 
 from __future__ import annotations
