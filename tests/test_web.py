@@ -8,8 +8,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
+from html import unescape
 from typing import Any
 
 import pytest
@@ -20,7 +22,9 @@ from forkq.client import Client
 from forkq.embedded import EmbeddedServer
 from forkq.errors import ConfigError
 from forkq.metrics import layout
-from forkq.web import Auth, make_app
+from forkq.ops.records import SortedEntry
+from forkq.ops.set_pages import entry_key
+from forkq.web import Auth, Throttle, make_app
 from forkq.web.mount import mount
 
 from .conftest import records, until
@@ -418,13 +422,17 @@ def test_wrong_typed_keys_are_reported_not_fatal(web: Any, r: redis.Redis) -> No
     page = browser.get("/queues")
     assert page.status == 200
     assert "is not a list" in page.row("data-queue", "broken")
+    broken = browser.get("/queues/broken")
+    assert broken.status == 200 and "'queue:broken' is not a list" in unescape(broken.body)
     assert '"size">1<' in page.row("data-queue", "fine")
     assert "is not a set" in page.body
     periodic = browser.get("/periodic")
     assert periodic.status == 200 and "is not a hash" in periodic.body
     dashboard = browser.get("/")
-    assert dashboard.status == 200 and "the totals could not be read" in dashboard.body
-    assert "WRONGTYPE" in dashboard.body and 'id="history-table"' in dashboard.body
+    assert dashboard.status == 200 and "'queue:broken' is of the wrong type" in unescape(
+        dashboard.body)
+    assert '<div class="value" id="stat-enqueued">1</div>' in dashboard.body, "the rest shows"
+    assert 'id="history-table"' in dashboard.body
 
 
 def test_every_page_and_button_works_as_the_readme_least_privilege_acl_user(
@@ -447,6 +455,7 @@ def test_every_page_and_button_works_as_the_readme_least_privilege_acl_user(
                          "/metrics"):
                 page = browser.get(path)
                 assert page.status == 200, (path, page.body[-3000:])
+                assert 'id="damaged-keys"' not in page.body, (path, page.body[-3000:])
             member = admin.lindex("queue:mail", 0)
             assert member is not None
             identity = next(i.decode() for i in admin.smembers("processes"))
@@ -465,3 +474,132 @@ def test_every_page_and_button_works_as_the_readme_least_privilege_acl_user(
         assert denied == [], json.dumps(denied, default=str, indent=1)
     finally:
         node.stop()
+
+
+# --- a wrong-typed key never answers 500 -------------------------------------------------
+
+DAMAGE_PAGES = ("/", "/?days=90", "/busy", "/queues", "/queues/other", "/scheduled", "/retries",
+                "/dead", "/dead?q=x", "/periodic", "/metrics/jobs?class=Record&queue=other")
+
+
+def _damaged_key(name: str) -> tuple[str, str, tuple[str, ...]]:
+    """(the key, the type it is made, the pages that must name it) for a key nickname."""
+    now = time.time()
+    named = {
+        "queues": (keys.QUEUES, ("/", "/?days=90", "/queues", "/queues/other", "/metrics/jobs")),
+        "processes": (keys.PROCESSES, ("/", "/busy")),
+        "paused": (keys.PAUSED, ("/queues", "/queues/other")),
+        "processed": (keys.STAT_PROCESSED, ("/",)),
+        "failed": (keys.STAT_FAILED, ("/",)),
+        "processed-today": (keys.daily(keys.STAT_PROCESSED, keys.utc_date(now)), ("/",)),
+        "failed-no-number": (keys.STAT_FAILED, ("/",)),
+        "failed-today-no-number": (keys.daily(keys.STAT_FAILED, keys.utc_date(now)), ("/",)),
+        "failed-80-days-ago": (keys.daily(keys.STAT_FAILED, keys.utc_date(now - 80 * 86400)),
+                               ("/?days=90",)),
+        "schedule": (keys.SCHEDULE, ("/", "/scheduled")),
+        "retry": (keys.RETRY, ("/", "/retries")),
+        "dead": (keys.DEAD, ("/", "/dead", "/dead?q=x", "/dead/")),
+        "periodic": (keys.PERIODIC, ("/periodic",)),
+        "dear-leader": (keys.DEAR_LEADER, ("/busy",)),
+        "metrics-jobs": (layout.JOBS, ()),
+        "metrics-minute": (layout.jobs8(now), ("/metrics/jobs",)),
+        "metrics-histogram": (layout.histogram8("Record", now), ("/metrics/jobs",)),
+        "metrics-queue-sample": (layout.queue_samples(layout.minute_of(now)), ("/metrics/jobs",)),
+    }
+    key, pages = named[name]
+    if name.endswith("no-number"):
+        return key, "junk", pages
+    string_keys = (keys.STAT_PROCESSED, keys.STAT_FAILED, keys.DEAR_LEADER)
+    is_string = key in string_keys or key.startswith("stat:") or key.startswith("h|")
+    return key, "hash" if is_string else "string", pages
+
+
+@pytest.mark.parametrize("nickname", [
+    "queues", "processes", "paused", "processed", "failed", "processed-today",
+    "failed-no-number", "failed-today-no-number", "failed-80-days-ago", "schedule", "retry",
+    "dead", "periodic", "dear-leader",
+    "metrics-jobs", "metrics-minute", "metrics-histogram", "metrics-queue-sample"])
+def test_a_wrong_typed_key_is_named_on_every_page_that_reads_it_and_nothing_answers_500(
+        web: Any, r: redis.Redis, nickname: str) -> None:
+    key, kind, naming = _damaged_key(nickname)
+    queued = _push(r, "other", 1)
+    for zset in (keys.RETRY, keys.DEAD):
+        r.zadd(zset, {json.dumps({"class": "Record", "args": [], "jid": "e" * 24}): 1.7e9})
+    member, score = r.zrange(keys.DEAD, 0, 0, withscores=True)[0]
+    entry_page = "/dead/" + entry_key(SortedEntry(member, score=score))
+    r.delete(key)
+    if kind == "hash":
+        r.hset(key, "damaged", "yes")
+    elif kind == "junk":
+        r.set(key, "12 jobs")
+    else:
+        r.set(key, "damaged")
+    browser = web(periodic=cron.read_entries([{"name": "n", "cron": "0 3 * * *",
+                                               "class": "Record"}]))
+    for path in (*DAMAGE_PAGES, entry_page):
+        page = browser.get(path)
+        assert page.status == 200, (path, page.body[:3000])
+        if path.partition("?")[0] in naming or path in naming or (
+                path == entry_page and "/dead/" in naming):
+            assert repr(key) in unescape(page.body), (path, page.body[:3000])
+        else:
+            assert 'id="damaged-keys"' not in page.body, (path, page.body[:3000])
+    scrape = browser.get("/metrics", Accept="text/plain")
+    assert scrape.status == 200
+    if nickname in ("queues", "processes", "paused", "processed", "failed", "schedule",
+                    "retry", "dead", "metrics-jobs"):
+        assert re.search(r"^forkq_metrics_skipped_keys [1-9]", scrape.body, re.M), scrape.body
+    # actions on other items still work: a job deleted from a queue, an entry from a set
+    job = base64.b64encode(r.lindex("queue:other", 0)).decode()
+    done = browser.post("/queues/delete", {"name": "other", "job": job})
+    assert done.status == 303 and r.llen("queue:other") == 0, queued
+    zset, path = (keys.DEAD, "dead") if key == keys.RETRY else (keys.RETRY, "retries")
+    member, score = r.zrange(zset, 0, 0, withscores=True)[0]
+    entry = SortedEntry(member, score=score)
+    done = browser.post(f"/{path}/bulk", [("delete", "1"), ("key", entry_key(entry))])
+    assert done.status == 303 and r.zcard(zset) == 0
+
+
+def test_failed_logins_are_throttled_per_address_and_sessions_go_on(web: Any) -> None:
+    clock = [1000.0]
+    browser = web(auth=Auth(admin_password=ADMIN, readonly_password=READER),
+                  throttle=Throttle(clock=lambda: clock[0]))
+    session = Browser(browser.base)
+    assert session.login(ADMIN).status == 303, "a correct password does not count"
+    for _ in range(3):
+        assert Browser(browser.base).login("wrong").status == 403
+    for header in ("Bearer nope", "Basic " + base64.b64encode(b"prom:nope").decode()):
+        assert browser.get("/metrics", Authorization=header).status == 401
+    clock[0] += 15
+    for attempt in (lambda b: b.login(ADMIN),
+                    lambda b: b.get("/metrics", Authorization=f"Bearer {READER}")):
+        refused = attempt(Browser(browser.base))
+        assert refused.status == 429 and refused.header("Retry-After") == "45"
+        assert "too many failed logins" in refused.body
+    assert session.get("/queues").status == 200, "a session is no password check"
+    assert browser.get("/login").status == 200
+    clock[0] += 45
+    assert Browser(browser.base).login(ADMIN).status == 303
+    assert browser.get("/metrics", Authorization=f"Bearer {READER}").status == 200
+
+
+@pytest.mark.parametrize(("damaged", "path", "fields"), [
+    (keys.PAUSED, "/queues/pause", {"name": "other"}),
+    (keys.PAUSED, "/queues/resume", {"name": "other"}),
+    (keys.QUEUES, "/queues/clear", {"name": "other"}),
+    (keys.PROCESSES, "/busy/quiet", {"all": "1"}),
+    (keys.RETRY, "/retries/bulk", {"delete_all": "1"}),
+    (keys.RETRY, "/retries/bulk", {"retry": "1", "key": "1700000000-abc"}),
+    (keys.DEAD, "/dead/1700000000-abc", {"delete": "1"}),
+])
+def test_an_action_on_a_wrong_typed_key_names_it_and_never_answers_500(
+        web: Any, r: redis.Redis, damaged: str, path: str, fields: dict[str, str]) -> None:
+    _push(r, "other", 1)
+    r.delete(damaged)
+    r.set(damaged, "damaged")
+    browser = web(periodic=cron.read_entries([{"name": "n", "cron": "0 3 * * *",
+                                               "class": "Record"}]))
+    done = browser.post(path, fields)  # 409 (the key named), or back with a flash naming it
+    assert done.status in (303, 409), (done.status, done.body[:3000])
+    shown = browser.get(done.header("Location")) if done.status == 303 else done
+    assert shown.status in (200, 409) and repr(damaged) in unescape(shown.body), shown.body

@@ -117,3 +117,55 @@ def test_charts_scale_into_their_box() -> None:
     assert flat.points == "600.0,100.0" and flat.top == 1
     assert charts.bar_widths([0, 5, 10]) == [0.0, 50.0, 100.0]
     assert charts.bar_widths([0, 0]) == [0.0, 0.0]
+
+
+# --- login throttling ---------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_throttle_refuses_an_address_after_five_failures_for_the_rest_of_its_window() -> None:
+    from forkq.web.throttle import Throttle
+    clock = Clock()
+    throttle = Throttle(clock=clock)
+    for _ in range(4):
+        throttle.failed("10.0.0.1")
+        clock.now += 5
+    assert throttle.retry_after("10.0.0.1") == 0, "four failures are allowed"
+    throttle.failed("10.0.0.1")  # the fifth, 20 s after the first
+    assert throttle.retry_after("10.0.0.1") == 40
+    assert throttle.retry_after("10.0.0.2") == 0, "another address is not refused"
+    clock.now += 39.5
+    assert throttle.retry_after("10.0.0.1") == 1
+    clock.now += 0.5  # the window of the first failure has ended
+    assert throttle.retry_after("10.0.0.1") == 0
+    throttle.failed("10.0.0.1")
+    assert throttle.retry_after("10.0.0.1") == 0, "a new window counts from one"
+    assert len(throttle) == 1
+
+
+def test_the_throttle_table_is_bounded_and_forgets_ended_windows_first() -> None:
+    from forkq.web.throttle import Throttle
+    clock = Clock()
+    throttle = Throttle(limit=2, window=60, capacity=3, clock=clock)
+    throttle.failed("old")
+    clock.now += 30
+    for address in ("a", "a", "b"):
+        throttle.failed(address)
+    assert throttle.retry_after("a") == 60
+    clock.now += 31  # "old"'s window has ended: it goes first when room is needed
+    throttle.failed("c")
+    assert len(throttle) == 3 and throttle.retry_after("a") == 29, "only the ended one went"
+    throttle.failed("d")  # full: the oldest window ("a") goes
+    assert len(throttle) == 3 and throttle.retry_after("a") == 0
+    for n in range(1000):
+        throttle.failed(f"flood-{n}")
+    assert len(throttle) == 3, "full: the oldest window is dropped, never more than capacity"
+    with pytest.raises(ValueError):
+        Throttle(limit=0)

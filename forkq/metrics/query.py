@@ -55,11 +55,14 @@ class QueuePoint:
     latency: float
 
 
-def job_classes(client: redis.Redis, minutes: int, now: float | None = None) -> list[ClassMetrics]:
+def job_classes(client: redis.Redis, minutes: int, now: float | None = None, *,
+                damaged: list[str] | None = None) -> list[ClassMetrics]:
     """Every job class that ran in the last ``minutes`` minutes (60 or 480; at most
-    :data:`MAX_MINUTES`), the most time-consuming first."""
+    :data:`MAX_MINUTES`), the most time-consuming first. Here and below, a key Redis refuses
+    to read (the wrong type) is logged, skipped and appended to ``damaged`` when given."""
     totals: dict[str, dict[str, int]] = defaultdict(lambda: {"p": 0, "f": 0, "ms": 0})
-    for key, found in _pipelined(client, minutes, now, lambda t: ("HGETALL", layout.jobs8(t))):
+    for key, found in _pipelined(client, minutes, now, lambda t: ("HGETALL", layout.jobs8(t)),
+                                  damaged):
         for field, value in (found or {}).items():
             klass, _, metric = _text(field).rpartition("|")
             count = _int(value)
@@ -71,13 +74,14 @@ def job_classes(client: redis.Redis, minutes: int, now: float | None = None) -> 
     return sorted(rows, key=lambda row: (-row.total_seconds, row.name))
 
 
-def histogram(client: redis.Redis, klass: str, minutes: int,
-              now: float | None = None) -> list[tuple[str, int]]:
+def histogram(client: redis.Redis, klass: str, minutes: int, now: float | None = None, *,
+              damaged: list[str] | None = None) -> list[tuple[str, int]]:
     """How many successful runs of ``klass`` in the last ``minutes`` minutes fell in each of
     Sidekiq's 26 duration buckets, shortest first: ``("<= 20 ms", n)`` … ``("> 335 s", n)``."""
     counts = [0] * layout.BUCKETS
     for key, found in _pipelined(client, minutes, now,
-                                 lambda t: ("BITFIELD_RO", layout.histogram8(klass, t), *_FETCH)):
+                                 lambda t: ("BITFIELD_RO", layout.histogram8(klass, t), *_FETCH),
+                                 damaged):
         if found is None:
             continue
         if not isinstance(found, list) or len(found) != layout.BUCKETS:
@@ -88,14 +92,14 @@ def histogram(client: redis.Redis, klass: str, minutes: int,
     return list(zip(bucket_labels(), counts, strict=True))
 
 
-def queue_series(client: redis.Redis, queue: str, minutes: int,
-                 now: float | None = None) -> list[QueuePoint]:
+def queue_series(client: redis.Redis, queue: str, minutes: int, now: float | None = None, *,
+                 damaged: list[str] | None = None) -> list[QueuePoint]:
     """The leader's once-a-minute samples of ``queue`` over the last ``minutes`` minutes,
     oldest first (a minute without a sample has no point)."""
     points = []
     for key, found in _pipelined(client, minutes, now,
                                  lambda t: ("HGET", layout.queue_samples(layout.minute_of(t)),
-                                            queue)):
+                                            queue), damaged):
         if found is None:
             continue
         point = _point(key, found)
@@ -114,7 +118,8 @@ def bucket_labels() -> list[str]:
 
 
 def _pipelined(client: redis.Redis, minutes: int, now: float | None,
-               command: Callable[[float], tuple[str, ...]]) -> list[tuple[str, Any]]:
+               command: Callable[[float], tuple[str, ...]],
+               damaged: list[str] | None = None) -> list[tuple[str, Any]]:
     """Run ``command(t)`` for each minute ``t`` of the window, newest first, in one round
     trip; (key, reply) pairs, with a refused command's reply logged and given as None."""
     start = time.time() if now is None else now
@@ -129,6 +134,8 @@ def _pipelined(client: redis.Redis, minutes: int, now: float | None,
         key = args[1]
         if isinstance(reply, redis.ResponseError):
             skipped(log, f"key {key!r}", str(reply))
+            if damaged is not None:
+                damaged.append(key)
             reply = None
         out.append((key, reply))
     return out

@@ -37,10 +37,18 @@ class Stats:
     latencies: dict[str, float]
 
     @classmethod
-    def read(cls, client: redis.Redis, now: float | None = None) -> Stats:
-        """Read every figure in one pipelined round trip (after listing queues and processes)."""
-        queues = sorted(text(q) for q in client.smembers(keys.QUEUES))
-        identities = [text(i) for i in client.smembers(keys.PROCESSES)]
+    def read(cls, client: redis.Redis, now: float | None = None, *,
+             damaged: list[str] | None = None) -> Stats:
+        """Read every figure in one pipelined round trip (after listing queues and processes).
+
+        Without ``damaged`` a key of the wrong type raises Redis's WRONGTYPE (and a counter
+        that is no number ValueError); with it, such a key reads as empty (0) and its name is
+        appended to ``damaged``, so the other figures still show."""
+        queues = sorted(text(q) for q in _members(client, keys.QUEUES, damaged))
+        identities = [text(i) for i in _members(client, keys.PROCESSES, damaged)]
+        names = [keys.STAT_PROCESSED, keys.STAT_FAILED, keys.SCHEDULE, keys.RETRY, keys.DEAD,
+                 keys.PROCESSES, keys.queue("default"),
+                 *(keys.queue(q) for q in queues for _ in range(2)), *identities]
         with client.pipeline(transaction=False) as pipe:
             pipe.get(keys.STAT_PROCESSED)
             pipe.get(keys.STAT_FAILED)
@@ -53,15 +61,25 @@ class Stats:
                 pipe.lindex(keys.queue(queue), -1)
             for identity in identities:
                 pipe.hget(identity, "busy")
-            processed, failed, scheduled, retries, dead, listed, oldest, *rest = pipe.execute()
+            replies = pipe.execute(raise_on_error=damaged is None)
+        if damaged is not None:
+            replies = [_refused(damaged, name, reply)
+                       for name, reply in zip(names, replies, strict=True)]
+        processed, failed, scheduled, retries, dead, listed, oldest, *rest = replies
         now = time.time() if now is None else now
         per_queue, busy = rest[:2 * len(queues)], rest[2 * len(queues):]
-        lengths = dict(zip(queues, (int(n) for n in per_queue[0::2]), strict=True))
+
+        def count(name: str, value: Any) -> int:
+            return _count(damaged, name, value)
+
+        lengths = dict(zip(queues, (count(keys.queue(q), n) for q, n in zip(
+            queues, per_queue[0::2], strict=True)), strict=True))
         latencies = dict(zip(queues, (_latency(job, now) for job in per_queue[1::2]), strict=True))
         return cls(
-            processed=int(processed or 0), failed=int(failed or 0), scheduled_size=int(scheduled),
-            retry_size=int(retries), dead_size=int(dead),
-            processes_size=int(listed),
+            processed=count(keys.STAT_PROCESSED, processed),
+            failed=count(keys.STAT_FAILED, failed), scheduled_size=count(keys.SCHEDULE, scheduled),
+            retry_size=count(keys.RETRY, retries), dead_size=count(keys.DEAD, dead),
+            processes_size=count(keys.PROCESSES, listed),
             enqueued=sum(lengths.values()),
             workers_size=sum(int(b) for b in busy if b is not None and text(b).isdigit()),
             default_queue_latency=_latency(oldest, now), queues=lengths, latencies=latencies,
@@ -71,17 +89,56 @@ class Stats:
         return asdict(self)
 
 
+def _members(client: redis.Redis, name: str, damaged: list[str] | None) -> set[Any]:
+    """SMEMBERS ``name``; empty (and noted) when it is of another type and ``damaged`` given."""
+    try:
+        return set(client.smembers(name))
+    except redis.ResponseError:
+        if damaged is None:
+            raise
+        damaged.append(name)
+        return set()
+
+
+def _refused(damaged: list[str], name: str, reply: Any) -> Any:
+    """A pipeline reply, or None (``name`` noted) for one Redis refused."""
+    if isinstance(reply, redis.ResponseError):
+        if name not in damaged:
+            damaged.append(name)
+        return None
+    return reply
+
+
+def _count(damaged: list[str] | None, name: str, value: Any) -> int:
+    """A counter or size as read (None: 0); one that is no number raises ValueError, or reads
+    as 0 and is noted when ``damaged`` is given."""
+    try:
+        return int(value or 0)
+    except ValueError:
+        if damaged is None:
+            raise
+        if name not in damaged:
+            damaged.append(name)
+        return 0
+
+
 def _latency(oldest: bytes | None, now: float) -> float:
     """Seconds the oldest job of a queue (its right end) has waited; 0 for an empty queue."""
     return JobRecord(oldest).latency(now) if oldest else 0.0
 
 
-def history(client: redis.Redis, days: int = 7, now: float | None = None
-            ) -> list[dict[str, Any]]:
-    """Processed and failed per UTC day, today first, ``days`` days."""
+def history(client: redis.Redis, days: int = 7, now: float | None = None, *,
+            damaged: list[str] | None = None) -> list[dict[str, Any]]:
+    """Processed and failed per UTC day, today first, ``days`` days. A counter of another type
+    reads as 0 (MGET answers nil for it); one that is no number raises ValueError, or with
+    ``damaged`` given reads as 0 and is appended to it."""
     start = time.time() if now is None else now
     dates = [keys.utc_date(start - 86400 * day) for day in range(days)]
+    rows = []
     processed = client.mget([keys.daily(keys.STAT_PROCESSED, d) for d in dates])
     failed = client.mget([keys.daily(keys.STAT_FAILED, d) for d in dates])
-    return [{"date": d, "processed": int(p or 0), "failed": int(f or 0)}
-            for d, p, f in zip(dates, processed, failed, strict=True)]
+    for d, p, f in zip(dates, processed, failed, strict=True):
+        rows.append({"date": d,
+                     "processed": _count(damaged, keys.daily(keys.STAT_PROCESSED, d), p),
+                     "failed": _count(damaged, keys.daily(keys.STAT_FAILED, d), f)})
+    return rows

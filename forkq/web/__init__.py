@@ -4,7 +4,8 @@
 inside another application (Django, Flask, FastAPI: see the README's "Web dashboard").
 Pages live in :mod:`forkq.web.views`, one module per page group; the request plumbing in
 :mod:`forkq.web.routes` and :mod:`forkq.web.app`; who may do what in
-:mod:`forkq.web.security`.
+:mod:`forkq.web.security` (failed logins: :mod:`forkq.web.throttle`); wrong-typed keys on a
+page in :mod:`forkq.web.damage`.
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ import redis
 
 from forkq.errors import ConfigError
 from forkq.web.security import Auth
+from forkq.web.throttle import Throttle
 
-__all__ = ["Auth", "make_app"]
+__all__ = ["Auth", "Throttle", "make_app"]
 
 
 def make_app(source: str | redis.Redis | Callable[[], redis.Redis], *, auth: Auth | None = None,
              allow_anonymous: bool = False, refresh_seconds: float = 5.0,
-             periodic: tuple[Any, ...] = (), registry: Any = None) -> Callable[..., Any]:
+             periodic: tuple[Any, ...] = (), registry: Any = None,
+             throttle: Throttle | None = None) -> Callable[..., Any]:
     """The dashboard as a WSGI callable.
 
     ``source`` is a Redis URL (as the daemon's ``redis_url``), a client, or a function making
@@ -33,7 +36,8 @@ def make_app(source: str | redis.Redis | Callable[[], redis.Redis], *, auth: Aut
     in front of it authenticates, or it listens on loopback (``forkq web`` decides that).
     ``periodic`` lists the configured cron entries (:attr:`forkq.config.Config.periodic`) for
     the Periodic page; ``registry`` (the app's :class:`~forkq.registry.Registry`) gives their
-    jobs' options to "enqueue now"."""
+    jobs' options to "enqueue now". ``throttle`` limits failed logins per client address
+    (default :class:`Throttle`: 5 a minute; see :mod:`forkq.web.throttle`)."""
     from forkq.connection import connect
     from forkq.web.app import WebApp
 
@@ -57,4 +61,4 @@ def make_app(source: str | redis.Redis | Callable[[], redis.Redis], *, auth: Aut
         factory = source
     return WebApp(factory, auth=auth, settings={
         "refresh_ms": int(refresh_seconds * 1000), "periodic": tuple(periodic),
-        "registry": registry})
+        "registry": registry}, throttle=throttle)

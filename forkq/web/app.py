@@ -1,12 +1,15 @@
 """The dashboard as one WSGI callable: :class:`WebApp`.
 
 Per request, in this order: static files (``/static/<name>``, no login needed: they are the
-package's own); the visitor's role (:mod:`forkq.web.security`: session cookie or
-``Authorization`` header; everyone is admin when auth is off); the route
+package's own); for a password check (an ``Authorization`` header, ``POST /login``) from an
+address refused by :mod:`forkq.web.throttle`, 429 with ``Retry-After``; the visitor's role
+(:mod:`forkq.web.security`: session cookie or ``Authorization`` header; everyone is admin
+when auth is off); the route
 (:mod:`forkq.web.routes`; 404 / 405); for a POST the form, the CSRF token (403 when missing
 or wrong) and the role (403 for read-only), all before the view runs; then the view, whose
-Redis errors become a 503 page. Every response carries the security headers and
-``Cache-Control: no-store`` (static files may be cached).
+Redis errors become a 503 page (no answer) or a 409 naming the wrong-typed keys (WRONGTYPE
+from an action, or a read no view guards: :mod:`forkq.web.damage`). Every response carries
+the security headers and ``Cache-Control: no-store`` (static files may be cached).
 
 The app honours ``SCRIPT_NAME``, so it can be mounted under a prefix in another WSGI or ASGI
 application; every URL it writes starts with that prefix.
@@ -14,6 +17,7 @@ application; every URL it writes starts with that prefix.
 
 from __future__ import annotations
 
+import contextlib
 import mimetypes
 import sys
 import threading
@@ -26,8 +30,9 @@ from urllib.parse import unquote
 import redis
 
 from forkq.errors import ForkqError
-from forkq.web import routes, security, views
+from forkq.web import damage, routes, security, views
 from forkq.web.routes import Request, Response, render
+from forkq.web.throttle import Throttle, client_address
 
 STATIC = Path(__file__).parent / "static"
 StartResponse = Callable[..., Any]
@@ -38,12 +43,14 @@ class WebApp:
     """The WSGI application; build it with :func:`forkq.web.make_app`."""
 
     def __init__(self, client_factory: Callable[[], redis.Redis], *, auth: security.Auth,
-                 settings: dict[str, Any]) -> None:
+                 settings: dict[str, Any], throttle: Throttle | None = None) -> None:
         self._factory = client_factory
         self._client: redis.Redis | None = None
         self._lock = threading.Lock()
         self.auth = auth
-        self.settings = {**settings, "auth_on": auth.enabled, "auth": auth}
+        self.throttle = Throttle() if throttle is None else throttle
+        self.settings = {**settings, "auth_on": auth.enabled, "auth": auth,
+                         "throttle": self.throttle}
         self.static = {p.name: p for p in STATIC.iterdir() if p.is_file()}
         views.load()
 
@@ -101,11 +108,20 @@ class WebApp:
             return security.ADMIN
         header = request.environ.get("HTTP_AUTHORIZATION", "")
         if header:
-            return self.auth.header_role(header)
+            role = self.auth.header_role(header)
+            if role is None:
+                self.throttle.failed(client_address(request.environ))
+            return role
         session = request.cookies.get(security.SESSION_COOKIE, "")
         return self.auth.session_role(session) if session else None
 
     def _respond(self, request: Request, secure: bool) -> Response:
+        wait = self._refused_for(request)
+        if wait:
+            throttled = self._error(request, 429, "too many failed logins from your address: "
+                                    f"try again in {wait} s")
+            throttled.headers.append(("Retry-After", str(wait)))
+            return throttled
         role = self._role(request)
         if role is None and request.path not in OPEN_PATHS:
             return self._unauthenticated(request)
@@ -124,6 +140,14 @@ class WebApp:
         else:
             self._take_flash(request)
         return self._run(found.view, request, secure)
+
+    def _refused_for(self, request: Request) -> int:
+        """Seconds this request's address must wait, when the request checks a password."""
+        checks = bool(request.environ.get("HTTP_AUTHORIZATION")) or (
+            request.method == "POST" and request.path == "/login")
+        if not self.auth.enabled or not checks:
+            return 0
+        return self.throttle.retry_after(client_address(request.environ))
 
     def _unauthenticated(self, request: Request) -> Response:
         """Programs (a header sent, or not asking for HTML, or /metrics) get 401 with a Basic
@@ -159,6 +183,10 @@ class WebApp:
             response = view(request)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             return self._error(request, 503, f"Redis did not answer: {exc}")
+        except redis.ResponseError as exc:
+            if damage.is_wrong_type(exc):
+                return self._wrong_type(request, exc)
+            return self._error(request, 500, f"{type(exc).__name__}: {exc}")
         except (redis.RedisError, ForkqError) as exc:
             return self._error(request, 500, f"{type(exc).__name__}: {exc}")
         except Exception:  # noqa: BLE001 - the one process boundary: a view bug must not kill the server
@@ -168,6 +196,13 @@ class WebApp:
             response.headers.append(("Set-Cookie", security.cookie(
                 "forkq_flash", "", path=request.script_name or "/", secure=secure, max_age=0)))
         return response
+
+    def _wrong_type(self, request: Request, exc: Exception) -> Response:
+        """409, the fixed keys of the wrong type named in the page's notice."""
+        with contextlib.suppress(redis.RedisError):  # the message still says what was refused
+            damage.check(request, damage.TYPES)
+        return self._error(request, 409, f"Redis refused: {exc} (a key this uses has the "
+                           "wrong type; other items are not affected)")
 
     def _error(self, request: Request, status: int, message: str) -> Response:
         try:

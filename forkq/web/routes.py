@@ -109,6 +109,7 @@ class Request:
     form: dict[str, list[str]] = field(default_factory=dict)
     flash: str = ""
     settings: dict[str, Any] = field(default_factory=dict)
+    damaged: list[str] = field(default_factory=list)  # wrong-typed keys: forkq.web.damage
 
     def arg(self, name: str, default: str = "") -> str:
         """The first query value of ``name``."""

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import time
 
+from forkq import keys
 from forkq.errors import ForkqError, NotFoundError
 from forkq.ops import cancel
 from forkq.ops.processes import ProcessSet
+from forkq.web import damage
 from forkq.web.routes import Request, Response, redirect, render, route
 
 _VERBS = {"quiet": "asked {} to quiet", "stop": "asked {} to stop"}
@@ -24,6 +26,7 @@ _VERBS = {"quiet": "asked {} to quiet", "stop": "asked {} to stop"}
 
 @route("GET", "/busy")
 def busy(request: Request) -> Response:
+    damage.fixed(request, keys.PROCESSES, keys.DEAR_LEADER)  # live() reads them as empty
     processes = ProcessSet(request.redis)
     live = processes.live()
     work = processes.work(live)

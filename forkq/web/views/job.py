@@ -77,8 +77,11 @@ def act(request: Request, spec: SetPage) -> Response:
     action = next((name for name in LABELS[spec.path] if name in request.form), None)
     if action is None:
         return redirect(request, f"/{spec.path}", flash="no such action")
-    outcome = set_bulk.act_on_keys(spec.set_for(request), action, [request.params["key"]])
     label = LABELS[spec.path][action].lower()
+    try:
+        outcome = set_bulk.act_on_keys(spec.set_for(request), action, [request.params["key"]])
+    except ForkqError as exc:  # the set is of another type: say so on the list
+        return redirect(request, f"/{spec.path}", flash=f"{label}: {exc}")
     return redirect(request, f"/{spec.path}", flash=describe(outcome, label, False))
 
 

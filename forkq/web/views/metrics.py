@@ -19,9 +19,8 @@ from __future__ import annotations
 import time
 
 from forkq import keys
-from forkq.connection import text
 from forkq.metrics import prometheus, query
-from forkq.web import charts
+from forkq.web import charts, damage
 from forkq.web.routes import Request, Response, render, route
 
 WINDOWS = (60, 480)
@@ -34,12 +33,16 @@ def metrics(request: Request) -> Response:
     now = time.time()
     minutes = request.int_arg("minutes", 60)
     minutes = minutes if minutes in WINDOWS else 60
-    classes = query.job_classes(client, minutes, now)
+    skipped: list[str] = []
+    classes = query.job_classes(client, minutes, now, damaged=skipped)
     chosen = request.arg("class") or (classes[0].name if classes else "")
-    buckets = query.histogram(client, chosen, minutes, now) if chosen else []
+    buckets = query.histogram(client, chosen, minutes, now, damaged=skipped) if chosen else []
     queue = request.arg("queue") or "default"
-    series = query.queue_series(client, queue, minutes, now)
-    names = sorted(text(n) for n in client.smembers(keys.QUEUES))[:QUEUE_LINKS]
+    series = query.queue_series(client, queue, minutes, now, damaged=skipped)
+    for key in skipped:
+        damage.note(request, f"metrics key {key!r} is of the wrong type: skipped")
+    damage.fixed(request, keys.QUEUES)
+    names = sorted(damage.members(request, keys.QUEUES))[:QUEUE_LINKS]
     return render(
         request, "metrics.html", minutes=minutes, windows=WINDOWS, classes=classes,
         chosen=chosen, buckets=buckets, bars=charts.bar_widths([n for _, n in buckets]),

@@ -23,6 +23,7 @@ from forkq import cron, keys
 from forkq import payload as payloads
 from forkq.client import Client
 from forkq.connection import text
+from forkq.web import damage
 from forkq.web.routes import Request, Response, redirect, render, route
 
 OTHER_NAMES = 100
@@ -48,20 +49,19 @@ def periodic(request: Request) -> Response:
     entries: tuple[cron.Periodic, ...] = request.settings.get("periodic", ())
     now = time.time()
     client = request.redis
-    problem = ""
-    try:
+    lasts: list[Any]
+    if damage.fixed(request, keys.PERIODIC):  # named on the page: show the entries anyway
+        lasts, others = [None] * len(entries), []
+    else:
         lasts = client.hmget(keys.PERIODIC, [e.name for e in entries]) if entries else []
         others = _other_names(client, {e.name for e in entries})
-    except redis.ResponseError as exc:  # a wrong-typed forkq:periodic: show the entries anyway
-        lasts, others = [None] * len(entries), []
-        problem = f"key {keys.PERIODIC!r} is not a hash: {exc}"
     rows = []
     for entry, last in zip(entries, lasts, strict=True):
         try:
             rows.append(Row(entry, _float(last), cron.next_tick(entry, now)))
         except (ValueError, KeyError) as exc:  # a schedule croniter cannot follow
             rows.append(Row(entry, _float(last), None, str(exc)))
-    return render(request, "periodic.html", rows=rows, at=now, others=others, problem=problem)
+    return render(request, "periodic.html", rows=rows, at=now, others=others)
 
 
 def _other_names(client: redis.Redis, known: set[str]) -> list[tuple[str, float | None]]:

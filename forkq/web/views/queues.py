@@ -19,10 +19,11 @@ import binascii
 import time
 
 from forkq import keys
-from forkq.connection import raw, text
+from forkq.connection import raw
 from forkq.errors import ForkqError
 from forkq.ops.queues import Queue
 from forkq.ops.records import JobRecord
+from forkq.web import damage
 from forkq.web.routes import Request, Response, paginate, redirect, render, route
 
 QUEUES_PER_PAGE = 200
@@ -32,12 +33,12 @@ JOBS_PER_PAGE = 25
 @route("GET", "/queues")
 def queues(request: Request) -> Response:
     client = request.redis
-    problem = ""
+    damage.fixed(request, keys.QUEUES, keys.PAUSED)
     try:
         paused = Queue.paused_names(client)
-    except ForkqError as exc:
-        paused, problem = set(), str(exc)
-    names = sorted({text(n) for n in client.smembers(keys.QUEUES)} | paused)
+    except ForkqError:  # named by the check above
+        paused = set()
+    names = sorted(damage.members(request, keys.QUEUES) | paused)
     pager = paginate(len(names), request.int_arg("page", 1, low=1), QUEUES_PER_PAGE)
     shown = names[pager["start"]:pager["stop"]]
     with client.pipeline(transaction=False) as pipe:
@@ -54,19 +55,25 @@ def queues(request: Request) -> Response:
                      "latency": 0.0 if wrong or not oldest or isinstance(oldest, Exception)
                      else JobRecord(raw(oldest)).latency(now),
                      "problem": f"{keys.queue(name)} is not a list" if wrong else ""})
-    return render(request, "queues.html", rows=rows, pager=pager, problem=problem)
+    return render(request, "queues.html", rows=rows, pager=pager)
 
 
 @route("GET", "/queues/<path:name>")
 def queue(request: Request) -> Response:
     found = Queue(request.redis, request.params["name"])
-    size = found.size()
+    damaged = damage.check(request, {keys.QUEUES: damage.TYPES[keys.QUEUES],
+                                     keys.PAUSED: damage.TYPES[keys.PAUSED], found.key: "list"})
+    usable = found.key not in damaged  # a list of another type shows as empty, named
+    size = found.size() if usable else 0
     pager = paginate(size, request.int_arg("page", 1, low=1), JOBS_PER_PAGE)
     members = request.redis.lrange(found.key, pager["start"], pager["stop"] - 1) if size else []
     jobs = [(JobRecord(raw(member), found.key), base64.b64encode(raw(member)).decode())
             for member in members]
     return render(request, "queue.html", queue=found, size=size, pager=pager, jobs=jobs,
-                  latency=found.latency(), paused=found.is_paused(), exists=found.exists(),
+                  latency=found.latency() if usable else 0.0,
+                  paused=damage.guarded(request, found.is_paused, False, "the paused state"),
+                  exists=not usable or damage.guarded(request, found.exists, size > 0,
+                                                      "the queue list"),
                   at=time.time())
 
 

@@ -2,12 +2,14 @@
 
 ``GET /login`` shows the form; ``POST /login`` checks the password (the role is the one whose
 password it is), sets the signed session cookie and goes to ``next`` (a path inside the
-app only: never another site); ``POST /logout`` drops the cookie."""
+app only: never another site); ``POST /logout`` drops the cookie. A wrong password counts
+against the visitor's address (:mod:`forkq.web.throttle`)."""
 
 from __future__ import annotations
 
 from forkq.web import security
 from forkq.web.routes import Request, Response, redirect, render, route
+from forkq.web.throttle import Throttle, client_address
 
 
 def _next_path(value: str) -> str:
@@ -29,6 +31,8 @@ def login(request: Request) -> Response:
         return redirect(request, target)
     role = auth.role_for(request.field("password"))
     if role is None:
+        throttle: Throttle = request.settings["throttle"]
+        throttle.failed(client_address(request.environ))
         return render(request, "login.html", status=403, next_path=target,
                       problem="wrong password")
     response = redirect(request, target)

@@ -146,11 +146,14 @@ def bulk(request: Request, spec: SetPage) -> Response:
         return redirect(request, f"/{spec.path}", flash="no such action", **back)
     action, everything = chosen
     jobset = spec.set_for(request)
-    if everything:
-        outcome = set_bulk.act_on_matching(jobset, action, query, field=field)
-    else:
-        outcome = set_bulk.act_on_keys(jobset, action, request.fields("key"))
     label = LABELS[spec.path][action].lower()
+    try:
+        if everything:
+            outcome = set_bulk.act_on_matching(jobset, action, query, field=field)
+        else:
+            outcome = set_bulk.act_on_keys(jobset, action, request.fields("key"))
+    except ForkqError as exc:  # the set is of another type: say so on the list
+        return redirect(request, f"/{spec.path}", flash=f"{label}: {exc}", **back)
     return redirect(request, f"/{spec.path}", flash=describe(outcome, label, everything), **back)
 
 
