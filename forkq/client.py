@@ -115,21 +115,23 @@ class Client:
             raise ValueError("push_bulk: 'at' must have one entry per job")
         now = time.time()
         fields = _fields(item)
+        jids = payloads.new_jids(len(arg_lists)) if fields.jid is None else None
         jobs: list[tuple[payloads.Payload, float | None]] = []
         for index, args in enumerate(arg_lists):
-            payload = self._prepare(fields, args, now)
+            payload = self._prepare(fields, args, now, None if jids is None else jids[index])
             if payload is not None:
                 jobs.append((payload, _at(ats[index] if isinstance(ats, Sequence) else ats)))
         self._send(jobs, now)
         return [str(payload["jid"]) for payload, _ in jobs]
 
-    def _prepare(self, fields: _Fields, args: Any, now: float) -> payloads.Payload | None:
+    def _prepare(self, fields: _Fields, args: Any, now: float,
+                 jid: str | None = None) -> payloads.Payload | None:
         """The payload to push, or None when a middleware stopped it.
 
         Middleware only ever sees JSON-native payloads (as in Sidekiq, which checks
         before its middleware); with no middleware the check is left to the one encode
         in :meth:`_send`, which still comes before any I/O."""
-        payload = _build(fields, args, now)
+        payload = _build(fields, args, now, jid)
         if not self.middleware:
             return payload
         payloads.check(payload)
@@ -217,12 +219,13 @@ def _fields(item: Mapping[str, Any]) -> _Fields:
                    jid if isinstance(jid, str) else None)
 
 
-def _build(fields: _Fields, args: Any, now: float) -> payloads.Payload:
-    """A fresh payload (its own dict and args list) for one job."""
+def _build(fields: _Fields, args: Any, now: float, jid: str | None = None) -> payloads.Payload:
+    """A fresh payload (its own dict and args list) for one job; its jid is ``jid``, else the
+    shared one of ``fields``, else a fresh one."""
     if not isinstance(args, (list, tuple)):
         raise TypeError(f"job args must be a list, got {type(args).__name__}")
     return payloads.build(fields.name, args, queue=fields.queue, retry=fields.retry,
-                          options=fields.extra, now=now, jid=fields.jid)
+                          options=fields.extra, now=now, jid=jid or fields.jid)
 
 
 _BUILT_FIELDS = frozenset({"class", "args", "queue", "retry", "at", "jid", "created_at"})

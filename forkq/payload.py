@@ -42,6 +42,13 @@ def new_jid() -> str:
     return secrets.token_hex(12)
 
 
+def new_jids(count: int) -> list[str]:
+    """``count`` fresh job ids as :func:`new_jid` makes them, from one read of the system's
+    random source (a bulk push of 20,000 jobs spent ~10 % of its time in 20,000 reads)."""
+    text = secrets.token_hex(12 * count)
+    return [text[start:start + 24] for start in range(0, 24 * count, 24)]
+
+
 def build(
     name: str,
     args: list[Any] | tuple[Any, ...],

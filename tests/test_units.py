@@ -254,3 +254,22 @@ def test_a_ring_before_any_lane_waits_is_kept_and_close_wakes_every_lane() -> No
     for waiter in waiters:
         waiter.join(timeout=5)
     assert woken == [False, False, False]
+
+
+def test_jids_made_in_bulk_look_like_sidekiqs_and_differ() -> None:
+    from forkq import payload
+
+    jids = payload.new_jids(1000)
+    assert len(jids) == 1000 == len(set(jids))
+    assert all(len(jid) == 24 and int(jid, 16) >= 0 and jid == jid.lower() for jid in jids)
+    assert payload.new_jids(0) == []
+
+
+def test_a_payload_float_outside_the_fixed_band_takes_the_exact_encoder() -> None:
+    """The float leaf check inlined in the plain walk: created_at in the band goes the fast
+    way; a float Ruby writes in exponent form is still written as Ruby writes it."""
+    fast = {"args": [1], "created_at": 1795614815.4656}
+    assert wirejson.dumps(fast) == wirejson.dumps_exact(fast)
+    odd = {"args": [1], "created_at": 1e-5, "x": 1e20}
+    assert wirejson.dumps(odd) == wirejson.dumps_exact(odd) == \
+        '{"args":[1],"created_at":1.0e-05,"x":1.0e+20}'
