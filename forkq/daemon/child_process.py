@@ -19,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from types import FrameType
 from typing import Protocol
@@ -152,6 +153,31 @@ def describe(status: int) -> str:
 # -- child side -------------------------------------------------------------------------------
 
 
+PARENT_CHECK_INTERVAL = 0.5
+
+
+class StopCheck:
+    """Whether a processor child is told to stop: STOP_SIGNAL arrived, or its master died
+    (asked of the kernel at most every :data:`PARENT_CHECK_INTERVAL` seconds: a system call
+    per job costs throughput)."""
+
+    def __init__(self, master_pid: int) -> None:
+        self.master_pid = master_pid
+        self._checked = 0.0
+
+    def told(self, received: Collection[int]) -> bool:
+        """True when ``received`` (signals read from the child's pipe) holds STOP_SIGNAL or
+        the master is gone."""
+        return STOP_SIGNAL in received or self.master_gone()
+
+    def master_gone(self) -> bool:
+        now = time.monotonic()
+        if now - self._checked < PARENT_CHECK_INTERVAL:
+            return False
+        self._checked = now
+        return os.getppid() != self.master_pid
+
+
 @dataclass
 class Basics:
     """What every child has once :func:`setup` ran."""
@@ -160,6 +186,9 @@ class Basics:
     pipe: SelfPipe  # wakes on STOP_SIGNAL
     redis: redis.Redis
     beat: BeatThread
+
+    def stop_check(self) -> StopCheck:
+        return StopCheck(self.master_pid)
 
 
 def setup(config: Config, *, identity: str, role: str, state: str,

@@ -39,7 +39,6 @@ import redis
 from forkq import hooks, keys
 from forkq.config import Config
 from forkq.daemon import child_process
-from forkq.daemon.child_process import STOP_SIGNAL
 from forkq.daemon.children import coroutines, failures, job_run
 from forkq.daemon.children.fetch import Fetcher, report_skipped
 from forkq.daemon.children.queuewatch import QUEUE_WATCH, QueueWatch
@@ -53,7 +52,6 @@ log = logging.getLogger(__name__)
 
 IDLE_WAIT = 2.0
 MEMORY_CHECK_INTERVAL = 1.0
-PARENT_CHECK_INTERVAL = 0.5
 REFUSED_WAIT = 1.0
 
 
@@ -121,7 +119,6 @@ class Lanes:
         self._lock = threading.Lock()
         self._jobs_done = 0
         self._memory_checked = 0.0
-        self._parent_checked = 0.0
         self._outage = Outage(log)  # one report per outage, not one per lane
         self._skipped = Recurring(log)  # keys the fetches skip (a queue of another type)
 
@@ -160,6 +157,7 @@ class Lanes:
                                      state="idle")
         self.master_pid, self._pipe, self.redis = basics.master_pid, basics.pipe, basics.redis
         self._beat = basics.beat
+        self._stop_check = basics.stop_check()
         self._beat.follow_job_in_title(
             lambda state: child_process.set_title(self.config, self._role, state))
         random.seed()
@@ -209,15 +207,8 @@ class Lanes:
             self._doorbell.ring()
 
     def _stop_if_told(self, received: list[Any]) -> None:
-        if STOP_SIGNAL in received or self._master_gone():
+        if self._stop_check.told(received):
             self.stopping = True
-
-    def _master_gone(self) -> bool:
-        now = time.monotonic()
-        if now - self._parent_checked < PARENT_CHECK_INTERVAL:
-            return False
-        self._parent_checked = now
-        return os.getppid() != self.master_pid
 
     # -- a lane's thread ---------------------------------------------------------------------
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import signal
 import threading
 import time
 from collections import deque
@@ -47,7 +46,6 @@ from forkq import hooks, keys
 from forkq import payload as payloads
 from forkq.config import Config
 from forkq.daemon import child_process
-from forkq.daemon.child_process import STOP_SIGNAL
 from forkq.daemon.children import coroutines, failures, job_run
 from forkq.daemon.children.blocking_wait import WAKE, BlockingWait
 from forkq.daemon.children.fetch import Fetched, Fetcher, report_skipped
@@ -65,7 +63,6 @@ log = logging.getLogger(__name__)
 
 IDLE_WAIT = 2.0
 MEMORY_CHECK_INTERVAL = 1.0
-PARENT_CHECK_INTERVAL = 0.5
 REFUSED_WAIT = 1.0  # between tries of a step Redis refused (a key of the wrong type, OOM)
 
 
@@ -135,9 +132,9 @@ class Processor:
                                      state="idle")
         self.master_pid, self._pipe, self.redis = basics.master_pid, basics.pipe, basics.redis
         self._beat = basics.beat
+        self._stop_check = basics.stop_check()
         self._beat.follow_job_in_title(
             lambda state: child_process.set_title(self.config, self._role, state))
-        self._parent_checked = 0.0
         random.seed()
         self._rng = random.Random()
         self.inflight_key = keys.inflight(self.identity, os.getpid())
@@ -347,18 +344,9 @@ class Processor:
         system call per job costs throughput), and the master at most twice a second."""
         self._stop_if_told(self._pipe.drain() if self._pipe.pending else [])
 
-    def _stop_if_told(self, received: list[signal.Signals]) -> None:
-        if STOP_SIGNAL in received or self._master_gone():
+    def _stop_if_told(self, received: list[Any]) -> None:
+        if self._stop_check.told(received):
             self.stopping = True
-
-    def _master_gone(self) -> bool:
-        """Whether the master has died (asked of the kernel at most every
-        :data:`PARENT_CHECK_INTERVAL` seconds: a system call per job costs throughput)."""
-        now = time.monotonic()
-        if now - self._parent_checked < PARENT_CHECK_INTERVAL:
-            return False
-        self._parent_checked = now
-        return os.getppid() != self.master_pid
 
     def _guarded(self, step: Any) -> None:
         """Run a step; on a Redis error, log it (an outage once, a refusal once a minute) and
