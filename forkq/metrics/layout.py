@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 EDGES_MS: tuple[int, ...] = (
     20, 30, 45, 65, 100, 150, 225, 335, 500, 750, 1100, 1700, 2500, 3800, 5750,
@@ -132,3 +133,11 @@ def parse_series_field(field: bytes | str) -> tuple[str, str, str] | None:
 def queue_samples(minute: int) -> str:
     """The hash of the queue samples taken in the minute starting at epoch ``minute``."""
     return f"{QUEUE_SAMPLES_PREFIX}{minute}"
+
+
+def counter(value: Any) -> int | None:
+    """A stored count (a reply's bytes or a number) as an int; None when it holds none."""
+    try:
+        return int(value)
+    except (ValueError, TypeError):
+        return None

@@ -38,6 +38,7 @@ import redis
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from forkq import keys
+from forkq.connection import text
 from forkq.metrics import layout, sampler, text_format
 from forkq.metrics.report import skipped
 from forkq.metrics.text_format import Family
@@ -98,22 +99,23 @@ def read(client: redis.Redis, now: float) -> Snapshot:
     replies = [_checked(snap, name, reply)
                for name, reply in zip(names, first.execute(raise_on_error=False), strict=True)]
     queues, processes, paused, jobs, processed, failed, *sizes, leader = replies
-    snap.paused = {_text(name) for name in paused or ()}
+    snap.paused = {text(name) for name in paused or ()}
     _read_jobs(snap, jobs or {})
-    snap.stats = {"processed": _int(processed), "failed": _int(failed),
-                  **dict(zip(("scheduled", "retry", "dead"), map(_int, sizes), strict=True))}
+    counts = [layout.counter(value) or 0 for value in (processed, failed, *sizes)]
+    snap.stats = dict(zip(("processed", "failed", "scheduled", "retry", "dead"), counts,
+                          strict=True))
     snap.leader = bool(leader)
-    listed = sorted(_text(name) for name in queues or ())[:sampler.MAX_QUEUES]
+    listed = sorted(text(name) for name in queues or ())[:sampler.MAX_QUEUES]
     snap.queues = sampler.sizes_and_latencies(client, listed, now)
     snap.skipped += len(listed) - len(snap.queues)
-    snap.processes = _read_processes(snap, client, sorted(_text(i) for i in processes or ()))
+    snap.processes = _read_processes(snap, client, sorted(text(i) for i in processes or ()))
     return snap
 
 
 def _read_jobs(snap: Snapshot, jobs: dict[Any, Any]) -> None:
     for raw_field, value in jobs.items():
         parsed = layout.parse_series_field(raw_field)
-        count = _strict_int(value)
+        count = layout.counter(value)
         if parsed is None or count is None:
             snap.skipped += 1
             skipped(log, f"key {layout.JOBS!r}", f"field {raw_field!r} is not a metric")
@@ -128,7 +130,7 @@ def _read_processes(snap: Snapshot, client: redis.Redis, identities: list[str]) 
         pipe.hmget(identity, list(FIELDS))
     pipe.get(keys.DEAR_LEADER)
     *records, leader = pipe.execute(raise_on_error=False) if identities else [None]
-    leader_identity = "" if isinstance(leader, Exception) or leader is None else _text(leader)
+    leader_identity = "" if isinstance(leader, Exception) or leader is None else text(leader)
     found = []
     for identity, values in zip(identities, records, strict=True):
         if _checked(snap, identity, values) is None or values[0] is None:
@@ -221,21 +223,3 @@ def _single(name: str, kind: str, doc: str, value: float) -> Family:
     family = Family(name, kind, doc)
     family.add(value)
     return family
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _strict_int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (ValueError, TypeError):
-        return None
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value) if value is not None else 0
-    except (ValueError, TypeError):
-        return 0

@@ -24,6 +24,7 @@ from typing import Any
 
 import redis
 
+from forkq.connection import text
 from forkq.metrics import layout
 from forkq.metrics.report import skipped
 
@@ -64,8 +65,8 @@ def job_classes(client: redis.Redis, minutes: int, now: float | None = None, *,
     for key, found in _pipelined(client, minutes, now, lambda t: ("HGETALL", layout.jobs8(t)),
                                   damaged):
         for field, value in (found or {}).items():
-            klass, _, metric = _text(field).rpartition("|")
-            count = _int(value)
+            klass, _, metric = text(field).rpartition("|")
+            count = layout.counter(value)
             if not klass or metric not in ("p", "f", "ms") or count is None:
                 skipped(log, f"key {key!r}", f"field {field!r} = {value!r} is not a metric")
                 continue
@@ -88,7 +89,7 @@ def histogram(client: redis.Redis, klass: str, minutes: int, now: float | None =
             skipped(log, f"key {key!r}", "not a histogram")
             continue
         for index, value in enumerate(found):
-            counts[index] += _int(value) or 0
+            counts[index] += layout.counter(value) or 0
     return list(zip(bucket_labels(), counts, strict=True))
 
 
@@ -158,14 +159,3 @@ def _point(key: str, raw: Any) -> QueuePoint | None:
             or not math.isfinite(latency)):
         return None
     return QueuePoint(int(minute), size, float(latency))
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (ValueError, TypeError):
-        return None

@@ -19,6 +19,7 @@ import redis
 
 from forkq import keys, wirejson
 from forkq import payload as payloads
+from forkq.connection import text
 from forkq.metrics import layout
 from forkq.metrics.report import skipped
 
@@ -52,7 +53,7 @@ def listed_queues(client: redis.Redis, limit: int) -> list[str]:
     except redis.ResponseError as exc:
         skipped(log, f"key {keys.QUEUES!r}", str(exc))
         return []
-    names = sorted(_text(member) for member in members)
+    names = sorted(text(member) for member in members)
     if len(names) > limit:
         skipped(log, f"key {keys.QUEUES!r}",
                 f"{len(names)} queues listed; only the first {limit} read")
@@ -94,7 +95,3 @@ def latency_of(oldest: bytes | None, now: float) -> float:
     if since is None or not math.isfinite(since):
         return 0.0
     return max(0.0, now - since)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
