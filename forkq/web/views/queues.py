@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import time
+from collections.abc import Callable
 
 from forkq import keys
 from forkq.connection import raw
@@ -88,20 +89,23 @@ def _named(request: Request) -> Queue | None:
 
 @route("POST", "/queues/pause")
 def pause(request: Request) -> Response:
-    found = _named(request)
-    if found is None:
-        return redirect(request, "/queues", flash="pause: no queue named")
-    note = "" if found.pause() else " (it was paused already)"
-    return redirect(request, _back(request, found.name), flash=f"paused {found.name}{note}")
+    return _switch(request, "pause", Queue.pause, "it was paused already")
 
 
 @route("POST", "/queues/resume")
 def resume(request: Request) -> Response:
+    return _switch(request, "resume", Queue.resume, "it was not paused")
+
+
+def _switch(request: Request, verb: str, act: Callable[[Queue], bool],
+            unchanged: str) -> Response:
+    """``verb`` (pause or resume) the named queue with ``act`` (which answers whether it
+    changed) and go back, saying what was done."""
     found = _named(request)
     if found is None:
-        return redirect(request, "/queues", flash="resume: no queue named")
-    note = "" if found.resume() else " (it was not paused)"
-    return redirect(request, _back(request, found.name), flash=f"resumed {found.name}{note}")
+        return redirect(request, "/queues", flash=f"{verb}: no queue named")
+    note = "" if act(found) else f" ({unchanged})"
+    return redirect(request, _back(request, found.name), flash=f"{verb}d {found.name}{note}")
 
 
 @route("POST", "/queues/clear")
