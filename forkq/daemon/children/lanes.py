@@ -134,11 +134,11 @@ class Lanes:
         self._register()
         threads = [threading.Thread(target=self._lane_loop, args=(lane,), daemon=True,
                                     name=f"forkq-lane-{lane.number}") for lane in self._lanes]
-        for thread in threads:
-            thread.start()
         self._threads = {lane.number: thread for lane, thread in zip(self._lanes, threads,
                                                                      strict=True)}
-        self._beat.lanes = self._lanes_doing
+        self._beat.lanes = self._lanes_doing  # before any lane runs a job: a TTIN meanwhile
+        for thread in threads:              # dumps the lanes, not the starting main thread
+            thread.start()
         while not self.stopping:
             self._coordinate()
         self._doorbell.close()
