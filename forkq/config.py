@@ -88,7 +88,7 @@ class Config:
     liveness_timeout: float = 30.0
     max_memory_mb: int = 0
     max_jobs: int = 0
-    fetch_batch: int = 4
+    fetch_batch: int = 16
     async_concurrency: int = 1
     log_file: str = ""
     pid_file: str = ""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -78,14 +78,25 @@ def current_job() -> JobContext | None:
     return _CURRENT.get()
 
 
+def set_current(context: JobContext) -> Token[JobContext | None]:
+    """Make ``context`` the :func:`current_job`; give the token to :func:`reset_current`
+    when the job is over (a processor's hot path: no context manager per job)."""
+    return _CURRENT.set(context)
+
+
+def reset_current(token: Token[JobContext | None]) -> None:
+    """End what :func:`set_current` began: the job before (usually none) is current again."""
+    _CURRENT.reset(token)
+
+
 @contextmanager
 def running(context: JobContext) -> Iterator[None]:
     """Make ``context`` the :func:`current_job` for the duration of the block."""
-    token = _CURRENT.set(context)
+    token = set_current(context)
     try:
         yield
     finally:
-        _CURRENT.reset(token)
+        reset_current(token)
 
 
 ClientChain = Chain[payloads.Payload, payloads.Payload]

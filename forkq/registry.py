@@ -13,6 +13,7 @@ Ruby enqueues under a class name.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -68,7 +69,7 @@ class JobSpec:
     options: JobOptions
     job_class: type[Job] | None = None
 
-    @property
+    @functools.cached_property
     def is_coroutine(self) -> bool:
         """Whether the body is ``async def``: its call gives a coroutine, which the processor
         runs to its end on its event loop."""

@@ -138,7 +138,7 @@ def loads(text: str | bytes) -> Any:
     if isinstance(text, bytes):
         text = text.decode("utf-8")  # UnicodeDecodeError is a ValueError
     try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        value = _DECODER.decode(text)
     except RecursionError:
         raise ValueError(f"nesting deeper than {MAX_NESTING} levels") from None
     if text.count("[") + text.count("{") > MAX_NESTING:
@@ -157,6 +157,10 @@ def _finite_float(literal: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"number {literal[:40]} is out of range")
     return value
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+"""One decoder for every :func:`loads` (``json.loads`` with options builds one per call)."""
 
 
 def _containers(value: Any) -> list[Any]:

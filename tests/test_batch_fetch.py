@@ -176,3 +176,35 @@ def test_a_hostile_batch_list_is_settled_without_stopping(r: redis.Redis) -> Non
     assert r.lrange("queue:default", 0, -1) == [good], "'queue:' names no queue: default"
     assert r.lrange("queue:a", 0, -1) == [b"\x00\x01"], "held bytes go back unchanged"
     assert not r.exists(INFLIGHT)
+
+
+def test_one_pop_for_same_orders_takes_what_one_pop_per_job_would(r: redis.Redis) -> None:
+    # strict order: the batch's jobs share one order, taken by one RPOP with a count, yet
+    # exactly as the per-job rule says: while the queue is deep; an emptied queue hands on
+    # to the next one in the order, a shallow one ends the batch
+    r.lpush("queue:a", *[f"a{n}".encode() for n in range(7)])
+    r.lpush("queue:b", *[f"b{n}".encode() for n in range(9)])
+    fetcher = fetch.Fetcher(r, INFLIGHT, queues=[("a", 1), ("b", 1)], strict=True,
+                            rng=random.Random(1), batch=6, spread=1)
+    found = fetcher.ack_and_fetch(ack=None, take=3)  # deep = 3 x 1: a0, then a1 and a2
+    assert _names(found) == [("a", b"a0"), ("a", b"a1"), ("a", b"a2")]
+    found = fetcher.ack_and_fetch(ack=b"a2", acked=3, take=6)  # deep 6: 4 left in a, shallow
+    assert _names(found) == [("a", b"a3")]
+    r.delete("queue:a")
+    r.lpush("queue:a", b"c0")
+    found = fetcher.ack_and_fetch(ack=b"a3", take=2, acked=1)  # deep 2: c0, a empties, b deep
+    assert _names(found) == [("a", b"c0"), ("b", b"b0")]
+    found = fetcher.ack_and_fetch(ack=b"b0", take=6, acked=2)  # 8 in b: b1, then 2 while deep
+    assert _names(found) == [("b", f"b{n}".encode()) for n in range(1, 4)]
+    assert r.lrange("queue:b", 0, -1) == [f"b{n}".encode() for n in range(8, 3, -1)]
+    assert r.get("stat:processed") == b"6"  # 3 + 1 + 2 acknowledged
+
+
+def test_a_batch_never_takes_more_than_asked_or_configured(r: redis.Redis) -> None:
+    r.lpush("queue:a", *[f"a{n}".encode() for n in range(40)])
+    fetcher = _batcher(r, [("a", 1)], batch=4)
+    assert len(fetcher.ack_and_fetch(ack=None, take=9).jobs) == 4  # the configured batch
+    r.delete(INFLIGHT)
+    assert len(fetcher.ack_and_fetch(ack=None, take=2).jobs) == 2
+    r.delete(INFLIGHT)
+    assert len(fetcher.ack_and_fetch(ack=None, take=0).jobs) == 1

@@ -135,7 +135,7 @@ def test_a_killed_childs_job_completes_in_a_replacement(r: redis.Redis,
                          ids=["2000-jobs-of-ms", "20000-short-jobs"])
 def test_random_child_kills_lose_no_job(r: redis.Redis, daemon: Any, total: int,
                                         longest: float, gap: float) -> None:
-    # batched fetch is on (fetch_batch 4 by default): a killed child holds up to 4 jobs
+    # batched fetch is on (fetch_batch 16 by default): a killed child holds up to 16 jobs
     Client(r).push_bulk({"class": "Sleep",
                          "args": [[random.uniform(longest / 10, longest), str(n)]
                                   for n in range(total)]})

@@ -17,6 +17,7 @@ import redis.utils
 from forkq import keys, wirejson
 from forkq import payload as job
 from forkq.daemon.children import failures, fetch, lanes
+from forkq.daemon.children.batch_size import BatchSize
 from forkq.daemon.signals import SelfPipe
 from forkq.errors import MalformedJobError, UnknownJobError
 from forkq.middleware import Chain
@@ -273,3 +274,31 @@ def test_a_payload_float_outside_the_fixed_band_takes_the_exact_encoder() -> Non
     odd = {"args": [1], "created_at": 1e-5, "x": 1e20}
     assert wirejson.dumps(odd) == wirejson.dumps_exact(odd) == \
         '{"args":[1],"created_at":1.0e-05,"x":1.0e+20}'
+
+
+def test_a_batch_holds_at_most_its_budget_of_expected_work() -> None:
+    sizes = BatchSize(16, budget=0.05)
+    assert sizes.size() == 16, "no job run yet: the configured batch"
+    sizes.ran(0.0001)
+    assert sizes.size() == 16, "short jobs: the whole batch"
+    for _ in range(40):
+        sizes.ran(0.010)
+    assert sizes.size() == 6, "10 ms jobs: the running one and five held (50 ms)"
+    for _ in range(40):
+        sizes.ran(2.0)
+    assert sizes.size() == 1, "long jobs: one at a time"
+    sizes.ran(-1.0)  # a clock step back counts as 0 s
+    assert 1 <= sizes.size() <= 16
+    assert BatchSize(0).size() == 1 and BatchSize(1).size() == 1
+
+
+def test_one_long_job_shrinks_the_batch_at_once_and_short_ones_restore_it() -> None:
+    sizes = BatchSize(16, budget=0.05)
+    sizes.ran(0.0002)
+    sizes.ran(30.0)  # a 30 s job among short ones: average ~6 s
+    assert sizes.size() == 1
+    runs = 0
+    while sizes.size() < 16:
+        sizes.ran(0.0002)
+        runs += 1
+    assert runs < 60, "short jobs bring the batch back within a few dozen runs"

@@ -34,7 +34,8 @@
 -- Batching: the first job is taken from the first non-empty queue of the first order; job
 -- k (k > 1) is taken by order k the same way, but only while the queue it would come from
 -- still holds at least ARGV[5] jobs (a deep queue: every processor could take a batch from
--- it): a shallow queue is shared, one job each, by the processors. Each job moves from the right (oldest) end of its queue to
+-- it): a shallow queue is shared, one job each, by the processors. Consecutive jobs whose
+-- orders are the same (strict order, a single queue) are taken with one RPOP ... count. Each job moves from the right (oldest) end of its queue to
 -- the end of KEYS[1] with its queue's name, so a crash at any moment leaves it recoverable
 -- (recover.lua) and never only in a process's memory. KEYS[1] is (re)added to the registry
 -- with every fetch that moves a job in, so a list the leader's orphan sweep removed from
@@ -82,8 +83,9 @@ elseif pause_kind ~= "none" then
 end
 local orders = #ARGV - 6
 local deep = tonumber(ARGV[5])
-for k = 1, orders do
-  local got = false
+local k = 1
+while k <= orders do
+  local from = nil
   for index in string.gmatch(ARGV[6 + k], "%d+") do
     local queue = KEYS[5 + tonumber(index)]
     if queue and not kinds[queue] and not paused[queue] then
@@ -99,14 +101,34 @@ for k = 1, orders do
         end
         taken[#taken + 1] = queue
         taken[#taken + 1] = job or redis.call("RPOP", queue)
-        got = true
+        from = queue
         break
       end
     end
   end
-  if not got then
+  if not from then
     break
   end
+  -- The orders after k that are the same as k's would take from the same queue (every
+  -- queue before it in that order is empty or skipped), one job each while it stays deep:
+  -- take those jobs with one RPOP. Where it turns shallow or empty, the loop goes on.
+  local same = 0
+  while k + same < orders and ARGV[7 + k + same] == ARGV[6 + k] do
+    same = same + 1
+  end
+  local more = 0
+  if same > 0 then
+    more = math.min(same, redis.call("LLEN", from) - deep + 1)
+  end
+  if more > 0 then
+    for _, job in ipairs(redis.call("RPOP", from, more)) do
+      taken[#taken + 1] = from
+      taken[#taken + 1] = job
+    end
+  else
+    more = 0
+  end
+  k = k + 1 + more
 end
 if #taken > 0 then
   redis.call("RPUSH", KEYS[1], unpack(taken))

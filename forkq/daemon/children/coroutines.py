@@ -43,7 +43,7 @@ Runner = Callable[[Awaitable[Any], float], Any]
 def perform(call: Callable[[], Any], run: Runner, timeout: float) -> Any:
     """Call the job's body; when it returns an awaitable, ``run`` it to completion."""
     result = call()
-    if inspect.isawaitable(result):
+    if result is not None and inspect.isawaitable(result):
         return run(result, timeout)
     return result
 

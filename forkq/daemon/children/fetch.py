@@ -74,8 +74,10 @@ NOTHING = Fetch([], [])
 
 
 class Fetcher:
-    """One processor's view of the queues: fetch (up to ``batch`` jobs from a queue that
-    still holds at least ``deep`` jobs), acknowledge. Built after the fork.
+    """One processor's view of the queues: fetch (up to ``batch`` jobs, or the ``take`` asked
+    for, from a queue that still holds at least that many times ``spread`` jobs: every one
+    of the ``spread`` processors sharing the queues could take as many), acknowledge. Built
+    after the fork.
 
     The queue orders are drawn here, one per job that may be taken: strict order and a
     single queue never change (built once), a weighted order is a shuffle of a prepared
@@ -91,20 +93,20 @@ class Fetcher:
         strict: bool,
         rng: random.Random,
         batch: int = 1,
-        deep: int = 1,
+        spread: int = 1,
     ) -> None:
         self._fetch = script(redis_client, "fetch")
         self._direct = Direct(redis_client)
         self._inflight = inflight_key
         self._rng = rng
         self._batch = batch
-        self._deep = str(max(deep, batch))
+        self._spread = max(spread, 1)
         names = list(dict.fromkeys(name for name, _ in queues))
         self._keys = [keys.queue(name) for name in names]
         position = {name: str(i + 1) for i, name in enumerate(names)}
         self._expanded = [position[name] for name, weight in queues for _ in range(weight)]
         fixed = strict or len(names) == 1
-        self._fixed = [",".join(position[name] for name in names)] * batch if fixed else None
+        self._fixed = ",".join(position[name] for name in names) if fixed else None
         self._date_until = 0.0
         self._daily = ""
 
@@ -113,12 +115,13 @@ class Fetcher:
         """The one queue key fetched from, or None when there are several."""
         return self._keys[0] if len(self._keys) == 1 else None
 
-    def orders(self) -> list[str]:
-        """One queue order per job this fetch may take: 1-based indexes into the queue
-        keys, comma-separated (fetch.lua's ARGV[5..])."""
+    def orders(self, take: int | None = None) -> list[str]:
+        """One queue order for each of the ``take`` jobs (default ``batch``) this fetch may
+        take: 1-based indexes into the queue keys, comma-separated (fetch.lua's ARGV[7..])."""
+        count = self._batch if take is None else take
         if self._fixed is not None:
-            return self._fixed
-        return [",".join(shuffled_once(self._expanded, self._rng)) for _ in range(self._batch)]
+            return [self._fixed] * count
+        return [",".join(shuffled_once(self._expanded, self._rng)) for _ in range(count)]
 
     def _daily_key(self) -> str:
         now = time.time()
@@ -128,9 +131,9 @@ class Fetcher:
         return self._daily
 
     def ack_and_fetch(self, *, ack: bytes | None, fetch: bool = True, arm: bool = False,
-                      acked: int = 1) -> Fetch:
+                      acked: int = 1, take: int | None = None) -> Fetch:
         """Acknowledge the first ``acked`` jobs held, the last of which is ``ack`` (its bytes),
-        then fetch (``fetch``).
+        then fetch (``fetch``) up to ``take`` jobs (1 .. ``batch``; default ``batch``).
 
         With ``arm`` (a single queue), finding nothing and skipping nothing leaves the
         in-flight list armed for :class:`~forkq.daemon.children.blocking_wait.BlockingWait`.
@@ -138,10 +141,11 @@ class Fetcher:
         Raises redis.ResponseError naming the key when the in-flight list or the registry
         holds another type (nothing is fetched then).
         """
+        count = self._batch if take is None else max(1, min(take, self._batch))
         result = self._direct.evalsha(
             self._fetch, [*_script_keys(self._inflight, self._daily_key()), *self._keys],
-            _script_args(ack, acked, fetch=fetch, arm=arm, deep=self._deep,
-                         orders=self.orders()))
+            _script_args(ack, acked, fetch=fetch, arm=arm, deep=str(count * self._spread),
+                         orders=self.orders(count)))
         if not result:
             return NOTHING
         count = int(result[0])

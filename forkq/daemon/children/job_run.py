@@ -34,7 +34,7 @@ from forkq.daemon.children import coroutines, failures
 from forkq.daemon.children.fetch import Fetched
 from forkq.errors import JobError
 from forkq.metrics.recorder import Recorder, job_class
-from forkq.middleware import JobContext, ServerChain, running
+from forkq.middleware import JobContext, ServerChain, reset_current, set_current
 from forkq.registry import JobSpec, Registry
 
 log = logging.getLogger(__name__)
@@ -72,15 +72,17 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
     context = JobContext(payload["class"], payloads.jid(payload), fetched.queue, payload,
                          payload["args"])
     log.info("%s jid=%s start", context.name, context.jid)
-    limit = timeout_of(payload) or runs.job_timeout
+    own = timeout_of(payload)
+    limit = own or runs.job_timeout
     keep = results.ttl_of(payload)
     show({"queue": fetched.queue, "payload": fetched.raw, "run_at": int(now), "started": now,
-          "class": context.name, "jid": context.jid, "timeout": _kill_after(spec, payload, limit)})
+          "class": context.name, "jid": context.jid,
+          "timeout": _kill_after(spec, own, limit)})
     started = time.monotonic()
+    token = set_current(context)
     try:
-        with running(context):
-            value = runs.middleware.run(context, lambda: coroutines.perform(
-                lambda: spec.call(payload), runs.coroutine_runner, limit))
+        value = runs.middleware.run(context, lambda: coroutines.perform(
+            lambda: spec.call(payload), runs.coroutine_runner, limit))
     except BaseException as exc:  # the one boundary where any job failure lands
         _count(runs, fetched.queue, payload, time.monotonic() - started, failed=True)
         failure = failures.plan(payloads.decode(fetched.raw), exc, max_retries=runs.max_retries,
@@ -94,6 +96,7 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
             _keep(context, lambda: results.store_failure(runs.redis, context.jid, *error, keep))
         return failure
     finally:
+        reset_current(token)
         show(None)
     _count(runs, fetched.queue, payload, time.monotonic() - started, failed=False)
     log.info("%s jid=%s done: %.3f sec", context.name, context.jid, time.monotonic() - started)
@@ -125,10 +128,11 @@ def timeout_of(payload: payloads.Payload) -> float:
     return value if value is not None and value > 0 else 0.0
 
 
-def _kill_after(spec: JobSpec, payload: payloads.Payload, limit: float) -> float:
-    """The heartbeat's ``timeout``, after which the master kills the child (0 = the
-    ``job_timeout`` setting): a coroutine job is cancelled on its loop at its ``limit``, so
-    the master's kill only backs that up, :data:`~coroutines.KILL_GRACE` seconds later."""
+def _kill_after(spec: JobSpec, own: float, limit: float) -> float:
+    """The heartbeat's ``timeout``, after which the master kills the child: the job's
+    ``own`` timeout (0 = the ``job_timeout`` setting); a coroutine job is cancelled on its
+    loop at its ``limit``, so the master's kill only backs that up,
+    :data:`~coroutines.KILL_GRACE` seconds later."""
     if spec.is_coroutine and limit:
         return limit + coroutines.KILL_GRACE
-    return timeout_of(payload)
+    return own

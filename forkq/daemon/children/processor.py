@@ -47,6 +47,7 @@ from forkq import payload as payloads
 from forkq.config import Config
 from forkq.daemon import child_process
 from forkq.daemon.children import coroutines, failures, job_run
+from forkq.daemon.children.batch_size import BatchSize
 from forkq.daemon.children.blocking_wait import WAKE, BlockingWait
 from forkq.daemon.children.fetch import Fetched, Fetcher, report_skipped
 from forkq.daemon.children.queuewatch import QUEUE_WATCH, QueueWatch
@@ -145,8 +146,9 @@ class Processor:
             strict=self.config.strict,
             rng=self._rng,
             batch=self.config.fetch_batch,
-            deep=self.config.fetch_batch * self.config.concurrency,
+            spread=self.config.concurrency,
         )
+        self._sizes = BatchSize(self.config.fetch_batch)
         self._held: deque[Fetched] = deque()  # fetched with the running job, not started
         self._held_lock = threading.Lock()
         self._pipe.on_signal = self._beat.wake
@@ -290,7 +292,7 @@ class Processor:
             return None
         arm = fetch and self._blocking is not None
         found = self._fetcher.ack_and_fetch(ack=self._ack_pending, fetch=fetch, arm=arm,
-                                            acked=max(self._done, 1))
+                                            acked=max(self._done, 1), take=self._sizes.size())
         self._ack_pending, self._done = None, 0
         report_skipped(self._skipped, found.skipped)
         self._armed = arm and not found.jobs and not found.skipped and not found.paused
@@ -305,7 +307,9 @@ class Processor:
         return found.jobs[0]
 
     def _execute(self, fetched: Fetched) -> None:
+        started = time.monotonic()
         failure = job_run.run(fetched, self._runs, self._show)
+        self._sizes.ran(time.monotonic() - started)
         if failure is None:
             self._acknowledge(fetched.raw)
         else:  # filed at the next settle
