@@ -17,6 +17,7 @@ by then). :func:`report` writes the one-line boot report a processor sends its m
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import time
@@ -128,7 +129,13 @@ class OsProcesses:
 
 
 def _run_child(body: Callable[[], int]) -> None:
-    """The forked child's process boundary: run ``body``, then exit. Never returns."""
+    """The forked child's process boundary: run ``body``, then exit. Never returns.
+
+    Everything the child inherited (the application and forkq, imported by the master) is
+    moved out of the garbage collector's sight first (``gc.freeze``): the child's
+    collections then walk only what it allocated itself, and do not write to (and so
+    copy) the pages it shares with the master."""
+    gc.freeze()
     code = EXIT_SOFTWARE
     try:
         code = body()
