@@ -98,8 +98,9 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
     finally:
         reset_current(token)
         show(None)
-    _count(runs, fetched.queue, payload, time.monotonic() - started, failed=False)
-    log.info("%s jid=%s done: %.3f sec", context.name, context.jid, time.monotonic() - started)
+    elapsed = time.monotonic() - started
+    _count(runs, fetched.queue, payload, elapsed, failed=False)
+    log.info("%s jid=%s done: %.3f sec", context.name, context.jid, elapsed)
     if keep:
         _keep(context, lambda: results.store_value(runs.redis, context.jid, value, keep))
     return None
