@@ -138,7 +138,7 @@ def loads(text: str | bytes) -> Any:
     if isinstance(text, bytes):
         text = text.decode("utf-8")  # UnicodeDecodeError is a ValueError
     try:
-        value = _DECODER.decode(text)
+        value = _decode(text)
     except RecursionError:
         raise ValueError(f"nesting deeper than {MAX_NESTING} levels") from None
     if text.count("[") + text.count("{") > MAX_NESTING:
@@ -161,6 +161,17 @@ def _finite_float(literal: str) -> float:
 
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
 """One decoder for every :func:`loads` (``json.loads`` with options builds one per call)."""
+
+
+def _decode(text: str) -> Any:
+    """``_DECODER.decode(text)``, calling its C scanner directly when the text is one value
+    from its first to its last character (a payload); anything else (whitespace around
+    it, trailing data, no value) goes through the decoder, which accepts or names it."""
+    try:
+        value, end = _DECODER.scan_once(text, 0)
+    except StopIteration:
+        return _DECODER.decode(text)
+    return value if end == len(text) else _DECODER.decode(text)
 
 
 def _containers(value: Any) -> list[Any]:
