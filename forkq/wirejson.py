@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 _encode_str = json.encoder.encode_basestring  # the C version when available: no ASCII escaping
@@ -162,13 +163,16 @@ def _finite_float(literal: str) -> float:
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
 """One decoder for every :func:`loads` (``json.loads`` with options builds one per call)."""
 
+_SCAN: Callable[[str, int], tuple[Any, int]] = vars(_DECODER)["scan_once"]
+"""The decoder's C scanner (``JSONDecoder.__init__`` sets it): one value at an index."""
+
 
 def _decode(text: str) -> Any:
     """``_DECODER.decode(text)``, calling its C scanner directly when the text is one value
     from its first to its last character (a payload); anything else (whitespace around
     it, trailing data, no value) goes through the decoder, which accepts or names it."""
     try:
-        value, end = _DECODER.scan_once(text, 0)
+        value, end = _SCAN(text, 0)
     except StopIteration:
         return _DECODER.decode(text)
     return value if end == len(text) else _DECODER.decode(text)
