@@ -30,8 +30,10 @@ BATCH = "concurrency: 1\nfetch_batch: 4\ntimeout: 20\nrequire: jobs\nlog_level: 
 
 
 def _start_holding(r: redis.Redis, daemon: Any) -> tuple[Any, str, list[bytes]]:
-    """A daemon whose one processor runs a long Hold job and holds three more jobs."""
+    """A daemon whose one processor runs a long Hold job and holds three more jobs (after a
+    short first job "w": a processor takes one job before it knows how long they take)."""
     client = Client(r)
+    client.push({"class": "Record", "args": ["w"]})
     hold = client.push({"class": "Hold", "args": ["h", 30]})
     assert hold is not None
     client.push_bulk({"class": "Record", "args": [[n] for n in range(10)]})
@@ -53,9 +55,9 @@ def test_a_killed_processor_s_held_jobs_go_back_in_order_and_run_once(
     d, hold, _ = _start_holding(r, daemon)
     victim = records(r, "test:started")[0]["pid"]
     os.kill(victim, signal.SIGKILL)
-    until(lambda: len(records(r)) == 11, 20, lambda: d.log())
+    until(lambda: len(records(r)) == 12, 20, lambda: d.log())
     # the running job goes back first (and runs again); the held ones follow, once, in order
-    assert _record_order(r) == ["h", *range(10)]
+    assert _record_order(r) == ["w", "h", *range(10)]
     starts = [row["marker"] for row in records(r, "test:started")]
     assert starts == ["h", "h"]
     assert r.get(keys.kills(hold)) == b"1"
@@ -91,10 +93,27 @@ def test_quiet_and_stop_give_back_held_jobs_at_once(r: redis.Redis, daemon: Any,
     # while the Hold job still runs
     until(lambda: r.lrange("queue:default", -3, -1) == [held[7], held[5], held[3]], 5,
           lambda: f"{r.lrange('queue:default', -3, -1)}\n{d.log()}")
-    assert len(records(r)) == 0 and d.alive()
+    assert _record_order(r) == ["w"] and d.alive()
     [inflight] = [k for k in r.keys("forkq:inflight:*:*")]
     assert r.lrange(inflight, 0, -1) == held[:2]
     assert "gave back 3 held jobs not started" in d.log()
+
+
+@pytest.mark.slow
+def test_jobs_held_behind_a_long_job_go_back_to_their_queue(r: redis.Redis,
+                                                            daemon: Any) -> None:
+    client = Client(r)
+    client.push({"class": "Record", "args": ["w"]})
+    client.push({"class": "Hold", "args": ["h", 12]})
+    client.push_bulk({"class": "Record", "args": [[n] for n in range(10)]})
+    d = daemon(BATCH)
+    until(lambda: "gave back 3 held jobs not started (the job running has run for" in d.log(),
+          15, lambda: d.log())
+    assert _record_order(r) == ["w"], "the long job still runs"
+    assert [json.loads(job)["args"] for job in r.lrange("queue:default", -3, -1)] == [
+        [2], [1], [0]], "back at the front of their queue, in order"
+    until(lambda: len(records(r)) == 12, 20, lambda: d.log())
+    assert _record_order(r) == ["w", "h", *range(10)], "each once, in order"
 
 
 # --- the scripts, on the session's server ------------------------------------------------

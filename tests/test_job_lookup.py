@@ -187,7 +187,10 @@ def test_forkq_job_finds_a_job_in_each_place_it_can_be(
         r.lpush("test:gate:lookup", 1)
     until(lambda: len(records(r)) == 4, 15, d.log)
     until(lambda: not api.find_job(r, running).found, 10, "a job done is nowhere")
-    cli.text("job", running, code=EXIT_NOT_FOUND)
+    done = run_forkq("job", running, "--redis-url", cli.url, timeout=30)
+    assert done.returncode == EXIT_NOT_FOUND, (
+        f"{done.stdout}\nstarted: {records(r, 'test:started')}\n"
+        f"lookup now: {api.find_job(r, running)!r}\nlog:\n{d.log()}")
 
 
 def _stand_in_process(r: redis.Redis, identity: str, pid: int) -> None:

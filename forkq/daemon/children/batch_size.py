@@ -9,7 +9,7 @@ jobs while the others are idle. So the size adapts to the jobs this processor ru
 - no more than :data:`HOLD_BUDGET` seconds of expected work held behind the running job,
   by a moving average of the run times of the jobs it ran (:data:`WEIGHT` for the newest):
   ``1 + floor(HOLD_BUDGET / average)``: jobs of 10 ms take up to 6, of 50 ms or more 1;
-- ``limit`` before it has run any job.
+- one before it has run any job (the first job it runs tells how long they take).
 
 Pure: the run times are given to it (:meth:`BatchSize.ran`); no clock, no I/O.
 """
@@ -30,7 +30,7 @@ class BatchSize:
         self.limit = max(1, limit)
         self._budget = budget
         self._average: float | None = None
-        self._size = self.limit
+        self._size = 1
 
     def ran(self, seconds: float) -> None:
         """A job ran for ``seconds`` (wall time, from start to outcome)."""

@@ -32,6 +32,7 @@ current job and the master forks a fresh one.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import threading
@@ -65,6 +66,9 @@ log = logging.getLogger(__name__)
 IDLE_WAIT = 2.0
 MEMORY_CHECK_INTERVAL = 1.0
 REFUSED_WAIT = 1.0  # between tries of a step Redis refused (a key of the wrong type, OOM)
+HELD_WAIT_LIMIT = 5.0
+"""Seconds a job may run before the jobs held behind it are given back to their queue (at
+the next heartbeat turn, every ~2 s), so no job waits long behind one that turned out long."""
 
 
 class Processor:
@@ -151,6 +155,10 @@ class Processor:
         self._sizes = BatchSize(self.config.fetch_batch)
         self._held: deque[Fetched] = deque()  # fetched with the running job, not started
         self._held_lock = threading.Lock()
+        # a fetch and a give-back of held jobs never interleave: a fetch hands out again the
+        # jobs the in-flight list still holds, which a give-back is about to requeue
+        self._exchange = threading.Lock()
+        self._job_started = math.inf  # monotonic start of the running job (inf: none)
         self._pipe.on_signal = self._beat.wake
         self._beat.on_turn = self._on_beat_turn
         self._beat.held_jids = self._held_jids
@@ -200,29 +208,36 @@ class Processor:
         with self._held_lock:
             return self._held.popleft() if self._held else None
 
-    def _give_back_held(self) -> None:
-        """Give back at once the jobs held without being started (a stop, quiet, or the
-        master's death): from the main thread between jobs, or from the heartbeat thread
-        while a job runs. If Redis refuses or is away, the master gives them back when this
-        child has exited (the jobs are dropped from this child's hands either way)."""
-        with self._held_lock:
-            held, self._held = list(self._held), deque()
-        if not held:
-            return
-        try:
-            given = script(self.redis, "giveback")(keys=[self.inflight_key],
-                                                   args=[job.raw for job in held])
-        except redis.RedisError as exc:
-            log.warning("could not give back %d held jobs now (%s); they go back when this "
-                        "processor exits", len(held), exc)
-            return
-        log.info("gave back %d held jobs not started", int(given))
+    def _give_back_held(self, why: str = "") -> None:
+        """Give back at once the jobs held without being started (a stop, quiet, the
+        master's death, or a running job past :data:`HELD_WAIT_LIMIT`): from the main
+        thread between jobs, or from the heartbeat thread while a job runs. If Redis refuses
+        or is away, the master gives them back when this child has exited (the jobs are
+        dropped from this child's hands either way)."""
+        with self._exchange:
+            with self._held_lock:
+                held, self._held = list(self._held), deque()
+            if not held:
+                return
+            try:
+                given = script(self.redis, "giveback")(keys=[self.inflight_key],
+                                                       args=[job.raw for job in held])
+            except redis.RedisError as exc:
+                log.warning("could not give back %d held jobs now (%s); they go back when "
+                            "this processor exits", len(held), exc)
+                return
+        log.info("gave back %d held jobs not started%s", int(given), why)
 
     def _on_beat_turn(self) -> None:
         """In the heartbeat thread: a stop request or the master's death gives back the held
-        jobs at once, though the main thread may be running a job for a long time."""
+        jobs at once, though the main thread may be running a job for a long time; so does
+        a job running longer than :data:`HELD_WAIT_LIMIT` (the jobs behind it run elsewhere)."""
         if self._pipe.pending or os.getppid() != self.master_pid:
             self._give_back_held()
+            return
+        running = time.monotonic() - self._job_started
+        if self._held and running >= HELD_WAIT_LIMIT:
+            self._give_back_held(f" (the job running has run for {running:.0f} s)")
 
     def _held_jids(self) -> list[str]:
         """The jids of the jobs held, not started (for the TTIN dump)."""
@@ -291,9 +306,15 @@ class Processor:
         if not fetch and self._ack_pending is None:
             return None
         arm = fetch and self._blocking is not None
-        found = self._fetcher.ack_and_fetch(ack=self._ack_pending, fetch=fetch, arm=arm,
-                                            acked=max(self._done, 1), take=self._sizes.size())
-        self._ack_pending, self._done = None, 0
+        with self._exchange:
+            found = self._fetcher.ack_and_fetch(ack=self._ack_pending, fetch=fetch, arm=arm,
+                                                acked=max(self._done, 1),
+                                                take=self._sizes.size())
+            self._ack_pending, self._done = None, 0
+            if found.jobs:
+                self.progress.start(found.jobs[0].raw)
+                with self._held_lock:
+                    self._held.extend(found.jobs[1:])
         report_skipped(self._skipped, found.skipped)
         self._armed = arm and not found.jobs and not found.skipped and not found.paused
         if not found.jobs:
@@ -301,14 +322,12 @@ class Processor:
         if self._blocking is None:
             self._watch.pause()  # busy: no invalidations pile up for this connection
             self._token.release()  # another idle processor watches now
-        self.progress.start(found.jobs[0].raw)
-        with self._held_lock:
-            self._held.extend(found.jobs[1:])
         return found.jobs[0]
 
     def _execute(self, fetched: Fetched) -> None:
-        started = time.monotonic()
+        self._job_started = started = time.monotonic()
         failure = job_run.run(fetched, self._runs, self._show)
+        self._job_started = math.inf
         self._sizes.ran(time.monotonic() - started)
         if failure is None:
             self._acknowledge(fetched.raw)
