@@ -6,6 +6,8 @@ import argparse
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -55,7 +57,7 @@ def test_the_tree_holds_a_child_and_its_cpu_and_pss_are_read() -> None:
     try:
         assert child.pid in bench_procs.tree([os.getpid()])
         assert bench_procs.tree([child.pid]) == [child.pid]
-        assert bench_procs.cpu_ticks(os.getpid()) > 0
+        assert bench_procs.cpu_seconds(os.getpid()) > 0
         assert bench_procs.tree_pss_mb([child.pid]) > 1
         assert bench_procs.command_name(child.pid) is not None
     finally:
@@ -63,7 +65,24 @@ def test_the_tree_holds_a_child_and_its_cpu_and_pss_are_read() -> None:
         child.stdin.close()
         child.wait(10)
     assert bench_procs.tree([child.pid]) == []
-    assert bench_procs.cpu_ticks(child.pid) == 0
+    assert bench_procs.cpu_seconds(child.pid) == 0
+
+
+@pytest.mark.process
+def test_cpu_time_is_read_finer_than_a_clock_tick() -> None:
+    # 2 ms of CPU in a thread that has ended: under one 10 ms clock tick, yet counted
+    before = bench_procs.cpu_seconds(os.getpid())
+    spent = threading.Thread(target=_spin, args=(0.002,))
+    spent.start()
+    spent.join()
+    grew = bench_procs.cpu_seconds(os.getpid()) - before
+    assert 0.002 <= grew < 0.5, grew
+
+
+def _spin(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
 
 
 def test_concurrencies_are_a_comma_list_of_positive_integers() -> None:

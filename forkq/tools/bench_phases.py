@@ -119,8 +119,8 @@ def drain(r: redis.Redis, system: System, jobs: int, server_pid: int | None, *,
     clear(r)
     stage(r, system.job_class, jobs)
     roots = system.roots()
-    workers_before = bench_procs.tree_cpu_ticks(roots)
-    server_before = bench_procs.cpu_ticks(server_pid) if server_pid else 0
+    workers_before = bench_procs.tree_cpu_seconds(roots)
+    server_before = bench_procs.cpu_seconds(server_pid) if server_pid else 0.0
     started = release(r)
     while (count := done(r)) < jobs:
         if time.perf_counter() - started > max(60.0, jobs / 100):
@@ -129,14 +129,14 @@ def drain(r: redis.Redis, system: System, jobs: int, server_pid: int | None, *,
             progress(count)
         time.sleep(DRAIN_POLL)
     elapsed = time.perf_counter() - started
-    workers = bench_procs.tree_cpu_ticks(roots) - workers_before
-    server = bench_procs.cpu_ticks(server_pid) - server_before if server_pid else None
+    workers = bench_procs.tree_cpu_seconds(roots) - workers_before
+    server = bench_procs.cpu_seconds(server_pid) - server_before if server_pid else None
     return Drain(jobs / elapsed, _ms_per_job(workers, jobs),
                  None if server is None else _ms_per_job(server, jobs))
 
 
-def _ms_per_job(ticks: int, jobs: int) -> float:
-    return ticks / bench_procs.TICKS_PER_SECOND * 1000 / jobs
+def _ms_per_job(seconds: float, jobs: int) -> float:
+    return seconds * 1000 / jobs
 
 
 def idle_latency(r: redis.Redis, system: System, samples: int) -> list[float]:

@@ -4,11 +4,14 @@ A *tree* is some root pids and all their descendants, found by scanning the pare
 of every ``/proc/<pid>/stat`` (a fresh scan per call, so children forked or reaped
 between two samples are seen).
 
-CPU is utime + stime + cutime + cstime in clock ticks (``/proc/<pid>/stat`` fields 14-17),
-summed over the live tree: a child reaped between two samples moves its time into its
-parent's cutime / cstime, so the sum stays whole. For a process with threads the kernel
-reports the whole thread group. PSS is the ``Pss:`` line of ``/proc/<pid>/smaps_rollup``
-(the process's share of every page it maps), summed over the tree.
+CPU is each process's CPU-time clock, read with ``clock_gettime`` (Linux names the clock of
+process ``pid`` ``(~pid << 3) | 2``: its whole thread group, ended threads included, in
+nanoseconds; clock ticks, 10 ms, are too coarse for a drain that lasts a second; where the
+clock cannot be read, utime + stime in ticks), plus its reaped children's cutime + cstime
+(``/proc/<pid>/stat`` fields 16-17), summed over the live tree: a child reaped between two
+samples moves its time into its parent's, so the sum stays whole. PSS is the ``Pss:`` line
+of ``/proc/<pid>/smaps_rollup`` (the process's share of every page it maps), summed over
+the tree.
 
 Linux only; a process that exits while it is read counts as zero.
 """
@@ -16,6 +19,7 @@ Linux only; a process that exits while it is read counts as zero.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
@@ -58,17 +62,29 @@ def tree(roots: Iterable[int]) -> list[int]:
     return found
 
 
-def cpu_ticks(pid: int) -> int:
-    """utime + stime + cutime + cstime of ``pid``, in clock ticks (0 if it is gone)."""
+def cpu_seconds(pid: int) -> float:
+    """CPU time of ``pid`` so far, its threads' and its reaped children's (0.0 if it is
+    gone)."""
     fields = _stat_fields(pid)
     if fields is None:
-        return 0
-    return sum(int(value) for value in fields[11:15])  # fields 14-17 of proc(5)
+        return 0.0
+    reaped = sum(int(value) for value in fields[13:15]) / TICKS_PER_SECOND  # cutime, cstime
+    try:
+        own = time.clock_gettime(_cpu_clock(pid))
+    except OSError:  # gone meanwhile, or a kernel without process clocks: ticks
+        own = sum(int(value) for value in fields[11:13]) / TICKS_PER_SECOND
+    return reaped + own
 
 
-def tree_cpu_ticks(roots: Iterable[int]) -> int:
-    """CPU ticks of the whole tree under ``roots``."""
-    return sum(cpu_ticks(pid) for pid in tree(roots))
+def _cpu_clock(pid: int) -> int:
+    """The clock id of process ``pid``'s CPU time (Linux: MAKE_PROCESS_CPUCLOCK(pid,
+    CPUCLOCK_SCHED))."""
+    return (~pid << 3) | 2
+
+
+def tree_cpu_seconds(roots: Iterable[int]) -> float:
+    """CPU seconds of the whole tree under ``roots``."""
+    return sum(cpu_seconds(pid) for pid in tree(roots))
 
 
 def pss_kb(pid: int) -> int:
