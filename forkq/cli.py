@@ -135,6 +135,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="seconds (with --scheduled)")
     bench.add_argument("--daemons", type=int, default=2, metavar="N",
                        help="forkq daemons sharing the server (with --scheduled)")
+    bench.add_argument("--split", action="store_true",
+                       help="instead: drain -n jobs three ways (the job's body alone in -c "
+                       "processes, forkq with a no-op body, forkq with the body) to show "
+                       "where the CPU goes")
     bench.add_argument("--web", action="store_true",
                        help="time every dashboard page server-side on a throwaway server "
                             "filled with 100,000 dead jobs and 1,000 queues (< 100 ms each)")
@@ -356,8 +360,12 @@ def _bench(args: argparse.Namespace) -> int:
                               "--redis-url")
         from forkq.tools import bench_web
         return bench_web.run()
-    if (args.scheduled or args.backlog) and len(concurrencies) > 1:
-        raise ConfigError("bench --scheduled / --backlog take one concurrency (-c N)")
+    if (args.scheduled or args.backlog or args.split) and len(concurrencies) > 1:
+        raise ConfigError("bench --scheduled / --backlog / --split take one concurrency "
+                          "(-c N)")
+    if args.split:
+        from forkq.tools import bench_split
+        return bench_split.run(jobs=args.jobs, concurrency=single, redis_url=args.redis_url)
     if args.scheduled:
         from forkq.tools import bench_scheduled
         return bench_scheduled.run(jobs=args.scheduled, over=args.over, daemons=args.daemons,

@@ -63,6 +63,17 @@ def test_bench_prints_its_figures() -> None:
 
 
 @pytest.mark.bench
+def test_bench_split_shows_the_body_alone_forkq_alone_and_both() -> None:
+    result = run_forkq("bench", "--split", "-n", "1500", "-c", "2", timeout=90)
+    assert result.returncode == 0, result.stderr
+    assert "forkq bench --split: 2000 jobs, 2 processes" in result.stdout, result.stdout
+    rows = {line[:20].strip(): line[20:].split() for line in result.stdout.splitlines()[2:]}
+    assert list(rows) == ["job body alone", "forkq, no-op body", "forkq, the body"], rows
+    assert all(len(cells) == 3 and all(positive(c) for c in cells)
+               for cells in rows.values()), result.stdout
+
+
+@pytest.mark.bench
 def test_bench_backlog_prints_the_start_delay_and_the_largest_output_buffer() -> None:
     result = run_forkq("bench", "--backlog", "2000", "-c", "2", timeout=60)
     assert result.returncode == 0, result.stderr

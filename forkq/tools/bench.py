@@ -5,12 +5,14 @@ then (``--sidekiq``) Sidekiq's Ruby client enqueueing, Sidekiq 1x10 and 2x10 —
 systems alternate on a noisy machine — all against one server (a private throwaway one
 unless ``--redis-url`` is given). Each configuration is started once per repetition and
 measured in :mod:`forkq.tools.bench_phases`: launch → first job, drain of N jobs (jobs/s,
-CPU per job of the workers' process tree and of the server, from /proc), PSS of the tree
-after the drain, idle enqueue → start latency. The table (:mod:`forkq.tools.bench_table`)
-shows the median of the repetitions. Progress goes to stderr, the table to stdout.
+CPU per job of the workers' process tree and of the server, from the OS's accounting), PSS
+of the tree after the drain, idle enqueue → start latency. The table
+(:mod:`forkq.tools.bench_table`) shows the median of the repetitions. Progress goes to
+stderr, the table to stdout.
 
 Importing this module (as the daemon does through ``require: forkq.tools.bench``)
-registers the benchmark job ``forkq.bench.work``.
+registers the benchmark job ``forkq.bench.work`` and the no-op body ``forkq.bench.noop``
+(:mod:`forkq.tools.bench_split`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,20 @@ def work(n: int, pushed: float | None = None) -> None:
     pipe.execute()
 
 
+NOOP_CLASS = "forkq.bench.noop"
+NOOP_EVERY = 1000
+
+
+@registry.job(name=NOOP_CLASS, queue=QUEUE, retry=False)
+def noop(n: int) -> None:
+    """A body that does nothing but count, for ``forkq bench --split``: the job with
+    ``n % NOOP_EVERY == NOOP_EVERY - 1`` adds NOOP_EVERY to the done counter (one INCRBY per
+    NOOP_EVERY jobs; staged jobs carry n from 0, so a drain of a multiple of NOOP_EVERY
+    ends at the count)."""
+    if n % NOOP_EVERY == NOOP_EVERY - 1:
+        clients.default().redis.incrby(phases.DONE, NOOP_EVERY)
+
+
 @dataclass(frozen=True)
 class Options:
     """What ``forkq bench`` was asked to do."""
@@ -69,7 +85,7 @@ def run(options: Options) -> int:
             server_url(tmp, options.redis_url) as url:
         r: redis.Redis = connect(url)
         try:
-            server_pid = _server_pid(r)
+            server_pid = local_server_pid(r)
             results = _columns(options, tmp, url, r)
             for repetition in range(1, options.repeat + 1):
                 _repetition(options, results, tmp=tmp, url=url, r=r, server_pid=server_pid,
@@ -163,7 +179,7 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _server_pid(r: redis.Redis) -> int | None:
+def local_server_pid(r: redis.Redis) -> int | None:
     """The server's pid when it runs on this machine (its command name says so)."""
     pid = int(r.info("server")["process_id"])
     name = bench_procs.command_name(pid) or ""

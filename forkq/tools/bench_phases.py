@@ -91,13 +91,15 @@ def launch(r: redis.Redis, system: System) -> float:
     return time.perf_counter() - started
 
 
-def warm_up(r: redis.Redis, system: System) -> None:
-    """Wait until every worker is up, run a few jobs per worker, let them go idle."""
+def warm_up(r: redis.Redis, system: System, job_class: str | None = None) -> None:
+    """Wait until every worker is up, run a few jobs per worker (of ``job_class``, default
+    the system's), let them go idle."""
     if not wait_for(system.ready, START_TIMEOUT):
         raise ForkqError(f"{system.label}: its workers did not all start")
     base = done(r)
     count = 4 * system.workers
-    clients.Client(r).push_bulk({"class": system.job_class, "args": [[n] for n in range(count)],
+    clients.Client(r).push_bulk({"class": job_class or system.job_class,
+                                 "args": [[n] for n in range(count)],
                                  "queue": QUEUE, "retry": False})
     if not wait_for(lambda: done(r) >= base + count, START_TIMEOUT, interval=0.01):
         raise ForkqError(f"{system.label}: the warm-up jobs did not run")
