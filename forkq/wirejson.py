@@ -46,6 +46,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+try:
+    from _json import make_encoder as _make_encoder
+except ImportError:  # a Python without the C accelerator
+    _make_encoder = None  # type: ignore[assignment,misc]
+
 _encode_str = json.encoder.encode_basestring  # the C version when available: no ASCII escaping
 
 MAX_NESTING = 100
@@ -58,7 +63,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def dumps(value: Any) -> str:
     """Return ``value`` as Ruby's ``JSON.generate`` would write it (TypeError/ValueError
     for what it cannot write, as :func:`dumps_exact`)."""
-    return _FAST.encode(value) if _plain(value, 1) else dumps_exact(value)
+    return _fast(value) if _plain(value, 1) else dumps_exact(value)
 
 
 def dumps_bytes(value: Any) -> bytes:
@@ -82,6 +87,20 @@ def dumps_exact(value: Any) -> str:
 
 _FAST = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False,
                          check_circular=False)  # _plain bounds the depth: no cycles get here
+
+
+def _c_encoder() -> Callable[[Any], str]:
+    """``_FAST.encode``, without building its C encoder object on every call: the one that
+    ``JSONEncoder.iterencode`` builds from ``_FAST``'s settings, built once (the encoder
+    object's own path where Python has no C accelerator)."""
+    if _make_encoder is None:
+        return _FAST.encode
+    encode = _make_encoder(None, _FAST.default, json.encoder.encode_basestring, None, ":",
+                           ",", False, False, False)
+    return lambda value: "".join(encode(value, 0))
+
+
+_fast = _c_encoder()
 _ATOMS = frozenset({int, bool, type(None)})
 _FIXED_LOW, _FIXED_HIGH = 1e-4, 1e15
 """Floats in [low, high) have Ruby's and Python's fixed layout (decimal point position
