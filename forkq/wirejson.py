@@ -95,8 +95,8 @@ def _c_encoder() -> Callable[[Any], str]:
     object's own path where Python has no C accelerator)."""
     if _make_encoder is None:
         return _FAST.encode
-    encode = _make_encoder(None, _FAST.default, json.encoder.encode_basestring, None, ":",
-                           ",", False, False, False)
+    encode = _make_encoder(None, _FAST.default, _encode_str, None, ":", ",", False, False,
+                           False)
     return lambda value: "".join(encode(value, 0))
 
 

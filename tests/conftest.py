@@ -70,12 +70,22 @@ def server_binary() -> str:
 @pytest.fixture(scope="session")
 def server() -> Iterator[EmbeddedServer]:
     """One throwaway server on a unix socket for the whole session."""
-    data_dir = tempfile.mkdtemp(prefix="fq-")
+    with throwaway_server("fq-") as srv:
+        yield srv
+
+
+@contextlib.contextmanager
+def throwaway_server(prefix: str) -> Iterator[EmbeddedServer]:
+    """A server of its own on a unix socket, in a fresh folder named ``prefix…``: stopped
+    (by its pid) and its folder removed on leaving the block, also after a failure."""
+    data_dir = tempfile.mkdtemp(prefix=prefix)
     srv = EmbeddedServer(data_dir, persistent=False, binary=server_binary())
     srv.start()
-    yield srv
-    srv.stop()
-    shutil.rmtree(data_dir, ignore_errors=True)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -13,9 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -32,7 +30,7 @@ from forkq.daemon.children.lease import Lease
 from forkq.embedded import EmbeddedServer
 from forkq.ops.sorted_sets import RetrySet
 
-from .conftest import push, records, server_binary, until
+from .conftest import push, records, throwaway_server, until
 from .test_supervision import started
 from .test_trust_payloads import CONFIG as PAYLOAD_CONFIG
 
@@ -347,16 +345,12 @@ def test_a_crashed_childs_job_is_settled_past_a_wrong_typed_death_count(
 @pytest.fixture
 def full_server() -> Iterator[EmbeddedServer]:
     """A throwaway server of its own, to be filled past its maxmemory."""
-    data_dir = tempfile.mkdtemp(prefix="fq-oom-")
-    srv = EmbeddedServer(data_dir, persistent=False, binary=server_binary())
-    srv.start()
-    try:
-        yield srv
-    finally:
-        with redis.Redis(unix_socket_path=srv.socket) as client:
-            client.config_set("maxmemory", 0)
-        srv.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
+    with throwaway_server("fq-oom-") as srv:
+        try:
+            yield srv
+        finally:
+            with redis.Redis(unix_socket_path=srv.socket) as client:
+                client.config_set("maxmemory", 0)
 
 
 def test_a_daemon_started_at_maxmemory_works_and_says_why_writes_wait(

@@ -35,8 +35,9 @@
 -- k (k > 1) is taken by order k the same way, but only while the queue it would come from
 -- still holds at least ARGV[5] jobs (a deep queue: every processor could take a batch from
 -- it): a shallow queue is shared, one job each, by the processors. Consecutive jobs whose
--- orders are the same (strict order, a single queue) are taken with one RPOP ... count. Each job moves from the right (oldest) end of its queue to
--- the end of KEYS[1] with its queue's name, so a crash at any moment leaves it recoverable
+-- orders are the same (strict order, a single queue) are taken with one RPOP ... count.
+-- Each job moves from the right (oldest) end of its queue to the end of KEYS[1] with its
+-- queue's name, so a crash at any moment leaves it recoverable
 -- (recover.lua) and never only in a process's memory. KEYS[1] is (re)added to the registry
 -- with every fetch that moves a job in, so a list the leader's orphan sweep removed from
 -- the registry while its owner was cut off from Redis is tracked again.
@@ -118,15 +119,13 @@ while k <= orders do
   end
   local more = 0
   if same > 0 then
-    more = math.min(same, redis.call("LLEN", from) - deep + 1)
+    more = math.max(0, math.min(same, redis.call("LLEN", from) - deep + 1))
   end
   if more > 0 then
     for _, job in ipairs(redis.call("RPOP", from, more)) do
       taken[#taken + 1] = from
       taken[#taken + 1] = job
     end
-  else
-    more = 0
   end
   k = k + 1 + more
 end

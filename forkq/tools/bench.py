@@ -31,13 +31,13 @@ from forkq.connection import connect
 from forkq.embedded import server_url
 from forkq.tools import bench_phases as phases
 from forkq.tools import bench_procs, bench_sidekiq
-from forkq.tools.bench_systems import QUEUE, ForkqSystem, System
+from forkq.tools.bench_systems import JOB_CLASS, QUEUE, ForkqSystem, System
 from forkq.tools.bench_table import Results, render
 
 SIDEKIQ_SHAPES = ((1, 10), (2, 10))  # (processes, threads)
 
 
-@registry.job(name="forkq.bench.work", queue=QUEUE, retry=False)
+@registry.job(name=JOB_CLASS, queue=QUEUE, retry=False)
 def work(n: int, pushed: float | None = None) -> None:
     """The benchmark's job body, the same as ``ruby/bench_worker.rb``'s: one pipelined INCR
     + SETBIT (and, with ``pushed``, an RPUSH of its latency) on the processor's own client."""

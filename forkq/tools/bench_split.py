@@ -33,7 +33,7 @@ from forkq.embedded import server_url
 from forkq.errors import ForkqError
 from forkq.tools import bench, bench_procs
 from forkq.tools import bench_phases as phases
-from forkq.tools.bench_systems import ForkqSystem
+from forkq.tools.bench_systems import JOB_CLASS, ForkqSystem
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def run(*, jobs: int, concurrency: int, redis_url: str | None) -> int:
                                                            server_pid, bench.NOOP_CLASS)))
             _progress("forkq, the body ...")
             parts.append(Part("forkq, the body", _daemon(r, tmp, url, jobs, concurrency,
-                                                         server_pid, None)))
+                                                         server_pid, JOB_CLASS)))
         finally:
             phases.clear(r)
             r.close()
@@ -104,14 +104,13 @@ def _fork_body(url: str, numbers: range) -> int:
 
 
 def _daemon(r: redis.Redis, tmp: str, url: str, jobs: int, concurrency: int,
-            server_pid: int | None, job_class: str | None) -> phases.Drain:
-    """Drain ``jobs`` jobs of ``job_class`` (default the benchmark job) with a daemon."""
-    system = ForkqSystem(tmp, url, concurrency)
+            server_pid: int | None, job_class: str) -> phases.Drain:
+    """Drain ``jobs`` jobs of ``job_class`` with a daemon warmed up on the benchmark job (a
+    no-op body counts only every NOOP_EVERY jobs)."""
+    system = ForkqSystem(tmp, url, concurrency, job_class=job_class)
     system.start()
     try:
-        phases.warm_up(r, system)
-        if job_class is not None:
-            system.job_class = job_class
+        phases.warm_up(r, system, job_class=JOB_CLASS)
         return phases.drain(r, system, jobs, server_pid)
     finally:
         system.stop()

@@ -16,6 +16,8 @@ from forkq.tools import bench_procs
 from forkq.tools.driver import DaemonProcess
 
 QUEUE = "forkq-bench"
+JOB_CLASS = "forkq.bench.work"
+"""The benchmark job's name (registered by :mod:`forkq.tools.bench`)."""
 
 
 class System(Protocol):
@@ -44,10 +46,11 @@ class ForkqSystem:
     scheduler; its log goes to ``<tmp>/forkq-c<concurrency>.log``."""
 
     side = "forkq"
-    job_class = "forkq.bench.work"
 
-    def __init__(self, tmp: str, url: str, concurrency: int) -> None:
+    def __init__(self, tmp: str, url: str, concurrency: int,
+                 job_class: str = JOB_CLASS) -> None:
         self.label = f"forkq -c{concurrency}"
+        self.job_class = job_class  # what its drains push (forkq.tools.bench registers both)
         self.workers = concurrency
         self._tmp = tmp
         self._url = url

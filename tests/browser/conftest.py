@@ -12,8 +12,6 @@ test works on names of its own (queues, jids) and never expects an empty set.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +22,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from forkq.client import Client
 from forkq.embedded import EmbeddedServer
 
-from ..conftest import records, server_binary, until
+from ..conftest import records, throwaway_server, until
 from .harness import LiveDaemon, WebServer, chromium, running_daemon
 
 DAEMON_CONFIG = """\
@@ -51,14 +49,8 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def redis_server() -> Iterator[EmbeddedServer]:
     """A throwaway server on a unix socket for this module alone."""
-    data_dir = tempfile.mkdtemp(prefix="fq-web-")
-    srv = EmbeddedServer(data_dir, persistent=False, binary=server_binary())
-    srv.start()
-    try:
+    with throwaway_server("fq-web-") as srv:
         yield srv
-    finally:
-        srv.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -115,13 +115,12 @@ class Fetcher:
         """The one queue key fetched from, or None when there are several."""
         return self._keys[0] if len(self._keys) == 1 else None
 
-    def orders(self, take: int | None = None) -> list[str]:
-        """One queue order for each of the ``take`` jobs (default ``batch``) this fetch may
-        take: 1-based indexes into the queue keys, comma-separated (fetch.lua's ARGV[7..])."""
-        count = self._batch if take is None else take
+    def orders(self, take: int) -> list[str]:
+        """One queue order for each of the ``take`` jobs this fetch may take: 1-based indexes
+        into the queue keys, comma-separated (fetch.lua's ARGV[7..])."""
         if self._fixed is not None:
-            return [self._fixed] * count
-        return [",".join(shuffled_once(self._expanded, self._rng)) for _ in range(count)]
+            return [self._fixed] * take
+        return [",".join(shuffled_once(self._expanded, self._rng)) for _ in range(take)]
 
     def _daily_key(self) -> str:
         now = time.time()
@@ -141,11 +140,11 @@ class Fetcher:
         Raises redis.ResponseError naming the key when the in-flight list or the registry
         holds another type (nothing is fetched then).
         """
-        count = self._batch if take is None else max(1, min(take, self._batch))
+        size = self._batch if take is None else max(1, min(take, self._batch))
         result = self._direct.evalsha(
             self._fetch, [*_script_keys(self._inflight, self._daily_key()), *self._keys],
-            _script_args(ack, acked, fetch=fetch, arm=arm, deep=str(count * self._spread),
-                         orders=self.orders(count)))
+            _script_args(ack, acked, fetch=fetch, arm=arm, deep=str(size * self._spread),
+                         orders=self.orders(size)))
         if not result:
             return NOTHING
         count = int(result[0])
