@@ -23,6 +23,7 @@ from forkq.client import Client
 from forkq.daemon import held_jobs
 from forkq.daemon.children import fetch
 from forkq.daemon.progress import Done
+from forkq.scripts import script
 
 from .conftest import records, until
 
@@ -227,3 +228,22 @@ def test_a_batch_never_takes_more_than_asked_or_configured(r: redis.Redis) -> No
     assert len(fetcher.ack_and_fetch(ack=None, take=2).jobs) == 2
     r.delete(INFLIGHT)
     assert len(fetcher.ack_and_fetch(ack=None, take=0).jobs) == 1
+
+
+def test_a_give_back_of_held_jobs_refuses_a_wrong_typed_queue_and_a_changed_list(
+        r: redis.Redis) -> None:
+    # what a processor's heartbeat runs for the jobs held behind a long one (giveback.lua)
+    give_back = script(r, "giveback")
+    held = [b"queue:a", b"running", b"queue:bad", b"\xff\xfe held", b"queue:a", b"held-2"]
+    r.rpush(INFLIGHT, *held)
+    r.set("queue:bad", "x")
+    with pytest.raises(redis.ResponseError, match="queue:bad"):
+        give_back(keys=[INFLIGHT], args=[b"\xff\xfe held", b"held-2"])
+    assert r.lrange(INFLIGHT, 0, -1) == held and r.get("queue:bad") == b"x"
+    r.delete("queue:bad")
+    assert give_back(keys=[INFLIGHT], args=[b"held-2", b"\xff\xfe held"]) == 0, "not its tail"
+    assert r.lrange(INFLIGHT, 0, -1) == held
+    assert give_back(keys=[INFLIGHT], args=[b"\xff\xfe held", b"held-2"]) == 2
+    assert r.lrange(INFLIGHT, 0, -1) == held[:2], "the running job stays"
+    assert r.lrange("queue:bad", 0, -1) == [b"\xff\xfe held"], "bytes unchanged, at the front"
+    assert r.lrange("queue:a", 0, -1) == [b"held-2"]
