@@ -1,9 +1,12 @@
-"""The benchmark's pure parts: the table's medians and ratio, /proc accounting, -c parsing."""
+"""The benchmark's pure parts: the table's medians and ratio, /proc accounting, -c parsing,
+forkq's bytecode compiled as an install would."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import pathlib
 import subprocess
 import sys
 import threading
@@ -11,8 +14,10 @@ import time
 
 import pytest
 
+import forkq
 from forkq.cli import _int_list
 from forkq.tools import bench_procs
+from forkq.tools.bench_systems import compile_forkq
 from forkq.tools.bench_table import ROWS, Results, ratio, render
 
 DRAIN = next(row for row in ROWS if row.key == "drain")
@@ -90,3 +95,14 @@ def test_concurrencies_are_a_comma_list_of_positive_integers() -> None:
     for bad in ("", "2,,4", "0", "x"):
         with pytest.raises(argparse.ArgumentTypeError):
             _int_list(bad)
+
+
+def test_forkq_is_compiled_to_bytecode_current_with_each_source() -> None:
+    assert compile_forkq()
+    sources = list(pathlib.Path(forkq.__file__).parent.rglob("*.py"))
+    assert len(sources) > 100
+    for source in sources:
+        cached = pathlib.Path(importlib.util.cache_from_source(str(source)))
+        header = cached.read_bytes()[:16]
+        assert header[:4] == importlib.util.MAGIC_NUMBER, source
+        assert int.from_bytes(header[8:12], "little") == int(source.stat().st_mtime), source

@@ -31,7 +31,7 @@ from forkq.connection import connect
 from forkq.embedded import server_url
 from forkq.tools import bench_phases as phases
 from forkq.tools import bench_procs, bench_sidekiq
-from forkq.tools.bench_systems import JOB_CLASS, QUEUE, ForkqSystem, System
+from forkq.tools.bench_systems import JOB_CLASS, QUEUE, ForkqSystem, System, compile_forkq
 from forkq.tools.bench_table import Results, render
 
 SIDEKIQ_SHAPES = ((1, 10), (2, 10))  # (processes, threads)
@@ -81,6 +81,9 @@ def run(options: Options) -> int:
     after every process started has been stopped)."""
     if options.sidekiq:
         bench_sidekiq.check_installed()
+    if not compile_forkq():
+        _progress("could not compile forkq's modules to bytecode (read-only?): its launch "
+                  "figure includes compiling them")
     with tempfile.TemporaryDirectory(prefix="forkq-bench-") as tmp, \
             server_url(tmp, options.redis_url) as url:
         r: redis.Redis = connect(url)
