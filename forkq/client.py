@@ -9,7 +9,7 @@ Wire protocol (Sidekiq's, docs/sidekiq-wire.md §2), one round trip per call:
 
 An ``at`` or interval below 1,000,000,000 is relative to now, as Sidekiq. Each payload
 is encoded once, just before sending (:func:`forkq.payload.encode_bytes`), and the
-commands go out in one write (:func:`forkq.connection.round_trip`), never resent.
+commands go out in one write (:mod:`forkq.round_trips`), never resent.
 
 A push never hangs: a client that builds its own connection gives every reply
 ``timeout`` seconds and every connect ``connect_timeout`` seconds (5 and 5 by default;
@@ -32,9 +32,10 @@ import redis
 
 from forkq import keys
 from forkq import payload as payloads
-from forkq.connection import MasterLost, connect, round_trip
+from forkq.connection import MasterLost, connect
 from forkq.errors import EnqueueError
 from forkq.middleware import CLIENT, ClientChain, current_job
+from forkq.round_trips import KeptConnections, round_trip
 
 _RELATIVE_LIMIT = 1_000_000_000
 
@@ -72,7 +73,12 @@ def at_epoch(value: float) -> float:
 
 
 class Client:
-    """Pushes jobs to one Redis. Safe to share between threads; not across a fork."""
+    """Pushes jobs to one Redis. Safe to share between threads; not across a fork.
+
+    A client built from a URL keeps the connections its pushes used, one per thread
+    pushing at once (:class:`~forkq.round_trips.KeptConnections`); one given a
+    ``redis_client`` checks a connection out of that client's pool for each push, since the
+    application's pool may have a limit."""
 
     def __init__(
         self,
@@ -84,11 +90,13 @@ class Client:
         timeout: float | None = None,
         connect_timeout: float | None = None,
     ) -> None:
+        self._kept: KeptConnections | None = None
         if redis_client is None:
             redis_client = connect(
                 url or _env_url(), embedded_dir=embedded_dir or _env_dir(),
                 socket_timeout=timeout or _env_seconds("FORKQ_CLIENT_TIMEOUT"),
                 connect_timeout=connect_timeout or _env_seconds("FORKQ_CLIENT_CONNECT_TIMEOUT"))
+            self._kept = KeptConnections(redis_client)  # its pool is forkq's: no limit
         self.redis = redis_client
         self.middleware: ClientChain = middleware if middleware is not None else CLIENT
 
@@ -165,7 +173,8 @@ class Client:
                          ("LPUSH", keys.queue(queue), *map(payloads.encode_bytes, batch))]
             carried += [[], [str(payload["jid"]) for payload in batch]]
         try:
-            results = round_trip(self.redis, commands)
+            results = (round_trip(self.redis, commands) if self._kept is None
+                       else self._kept.round_trip(commands))
         except redis.RedisError as exc:
             jids = [jid for group in carried for jid in group]
             sent = not _before_sending(exc)

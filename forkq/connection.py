@@ -310,32 +310,3 @@ class Direct:
     def close(self) -> None:
         """Drop the connection."""
         self._conn.disconnect()
-
-
-def round_trip(client: redis.Redis, commands: list[tuple[Any, ...]]) -> list[Any]:
-    """Send ``commands`` in one write on one pooled connection; read every reply.
-
-    What ``pipeline(transaction=False).execute(raise_on_error=False)`` does, without
-    building a pipeline object for each push (its bookkeeping cost more than the
-    encoding): a command Redis refused has its :class:`redis.ResponseError` in place of
-    its reply; replies come raw (no response callbacks). Sent once, never resent: any
-    other error (connect, write, timeout) drops the connection, so no stale reply is
-    left on a pooled socket, and propagates.
-    """
-    pool = client.connection_pool
-    conn: Any = pool.get_connection()  # redis-py types Connection methods loosely
-    try:
-        conn.send_packed_command(conn.pack_commands(commands))
-        return [_reply(conn) for _ in commands]
-    except BaseException:
-        conn.disconnect()
-        raise
-    finally:
-        pool.release(conn)
-
-
-def _reply(conn: Any) -> Any:
-    try:
-        return conn.read_response()
-    except redis.ResponseError as exc:
-        return exc
