@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import hiredis
 import redis
 
 Commands = list[tuple[Any, ...]]
@@ -52,11 +53,19 @@ def exchange(conn: Any, commands: Commands) -> list[Any]:
     """Send ``commands`` in one write on ``conn`` (connecting it if it is not) and read every
     reply; on any error the connection is dropped (it reconnects at its next use)."""
     try:
-        conn.send_packed_command(conn.pack_commands(commands))
+        conn.send_packed_command([pack(commands)])
         return [_reply(conn) for _ in commands]
     except BaseException:
         conn.disconnect()
         raise
+
+
+def pack(commands: Commands) -> bytes:
+    """``commands`` in RESP, as redis-py's hiredis packer writes them (str as UTF-8, int and
+    float by ``repr``, bytes as they are), without its per-argument Python checks, which
+    only matter for arguments a push never has (a ``memoryview``, a command name with a
+    space)."""
+    return b"".join(map(hiredis.pack_command, commands))
 
 
 def _reply(conn: Any) -> Any:

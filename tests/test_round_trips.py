@@ -1,8 +1,9 @@
-"""The connections a client keeps for its pushes (forkq.round_trips.KeptConnections).
+"""A push's one write (forkq.round_trips): its packing, and the connections a client keeps.
 
-Contract: one connection per thread pushing at once, closed by the client's ``close()`` and
-reconnected by the next push; a forked child never uses the parent's; a refused command
-leaves the connection in use, a lost one is replaced at the next call.
+The packing is redis-py's, byte for byte. The kept connections: one per thread pushing at
+once, closed by the client's ``close()`` and reconnected by the next push; a forked child
+never uses the parent's; a refused command leaves the connection in use, a lost one is
+replaced at the next call.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import redis
 from forkq import client as clients
 from forkq.connection import connect
 from forkq.embedded import EmbeddedServer
-from forkq.round_trips import KeptConnections
+from forkq.round_trips import KeptConnections, pack
 from forkq.subprocesses import wait_for
 
 NAME = "kept-test"
@@ -125,3 +126,12 @@ def test_a_connection_killed_by_the_server_fails_one_call_and_is_replaced(
     after = kept.round_trip(CLIENT_ID)[0]
     assert after != before
     assert wait_for(lambda: named(r) == [after], 5)
+
+
+def test_packing_is_redis_pys_byte_for_byte(r: redis.Redis) -> None:
+    conn = r.connection_pool.make_connection()
+    commands: list[tuple[object, ...]] = [
+        ("SADD", "queues", "défaut"), ("LPUSH", "queue:q", b"\xff\x00{}", b"x" * 70_000),
+        ("ZADD", "schedule", 1764000000.123456, b"{}"), ("ZADD", "s", -0.5, "é"),
+        ("WAIT", 1, 1000), ("SET", "k", "", "PX", 2**62), ("CLIENT", "ID")]
+    assert pack(commands) == b"".join(conn.pack_commands(commands))
