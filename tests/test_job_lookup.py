@@ -193,10 +193,11 @@ def test_forkq_job_finds_a_job_in_each_place_it_can_be(
         f"lookup now: {api.find_job(r, running)!r}\nlog:\n{d.log()}")
 
 
-def _stand_in_process(r: redis.Redis, identity: str, pid: int) -> None:
-    """A live process record, as a forkq master writes it (enough for the lookup)."""
+def _stand_in_process(r: redis.Redis, identity: str, pid: int, *, forkq: bool = True) -> None:
+    """A live process record, as a forkq master (or, without ``forkq``, Sidekiq) writes it
+    (enough for the lookup)."""
     info = {"hostname": "box", "pid": pid, "started_at": time.time(), "queues": ["default"],
-            "identity": identity, "forkq": "1"}
+            "identity": identity, **({"forkq": "1"} if forkq else {})}
     r.hset(identity, mapping={"info": json.dumps(info), "busy": 1, "beat": time.time(),
                               "quiet": "false"})
     r.sadd("processes", identity)
@@ -243,7 +244,7 @@ def test_in_flight_jobs_running_held_completed_and_orphaned(r: redis.Redis) -> N
 
 def test_a_sidekiq_process_busy_job_is_found_running(r: redis.Redis) -> None:
     identity = "rubyhost:300:cccccccccccc"
-    _stand_in_process(r, identity, 300)
+    _stand_in_process(r, identity, 300, forkq=False)
     job = _job("d" * 24)
     r.hset(f"{identity}:work", "tid-52k", wirejson.dumps({"queue": "critical", "payload": job,
                                                           "run_at": 1795238985}))
@@ -253,6 +254,18 @@ def test_a_sidekiq_process_busy_job_is_found_running(r: redis.Redis) -> None:
     (place,) = api.find_job(r, "d" * 24).places
     assert (place.kind, place.identity, place.hostname, place.pid, place.worker, place.queue,
             place.at) == ("running", identity, "box", 300, "tid-52k", "critical", 1795238985)
+
+
+def test_a_forkq_daemons_busy_hash_alone_does_not_make_a_job_running(r: redis.Redis) -> None:
+    """Its master rewrites the busy hash every 5 s from the children's last beats: after a
+    job is acknowledged, one more rewrite can still name it. Only its in-flight lists tell."""
+    identity = "box:400:dddddddddddd"
+    _stand_in_process(r, identity, 400)
+    done = _job("c" * 24)
+    for key in (f"{identity}:workers", f"{identity}:work"):
+        r.hset(key, "401", wirejson.dumps({"queue": "default", "payload": done,
+                                           "run_at": int(time.time()) - 5}))
+    assert not api.find_job(r, "c" * 24).found
 
 
 def test_hostile_data_is_reported_and_the_lookup_goes_on(r: redis.Redis) -> None:

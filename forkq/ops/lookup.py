@@ -10,8 +10,11 @@ looked for is usually met again further on:
   ``info.queues``; ``position`` = how many jobs of that queue run before it (0: the next);
 - ``running`` — a processor runs it: a forkq processor's in-flight list
   ``forkq:inflight:<identity>:<pid>`` (pairs ``[queue key, job, ...]``) whose heartbeat in
-  ``forkq:beats:<identity>`` names it (``at`` = when it started), or an entry of a process's
-  busy hash ``<identity>:workers`` / ``:work`` (Sidekiq's processes; ``at`` = ``run_at``).
+  ``forkq:beats:<identity>`` names it (``at`` = when it started), or an entry of a Sidekiq
+  process's busy hash ``<identity>:workers`` / ``:work`` (``at`` = ``run_at``). A forkq
+  daemon's busy hash is not read: it is its master's copy of the children's beats, written
+  every 5 s from beats up to 2 s old, so it can still show a job that finished seconds ago;
+  its in-flight lists hold every job it runs until the job is acknowledged.
   ``identity``, ``hostname`` and ``pid`` name the daemon, ``worker`` the child pid (forkq)
   or the thread id (Sidekiq);
 - ``in-flight`` — in a forkq processor's in-flight list, not running; ``state`` says why:
@@ -319,9 +322,11 @@ class _Search:
         return None
 
     def busy(self, processes: dict[str, Process]) -> None:
-        """The jobs the busy hashes ``:workers`` / ``:work`` show running (Sidekiq's; a forkq
-        child already found through its in-flight list is not listed twice)."""
+        """The jobs the busy hashes ``:workers`` / ``:work`` of Sidekiq's processes show
+        running (a forkq daemon's are passed over: its in-flight lists tell, up to date)."""
         for identity, process in processes.items():
+            if process.is_forkq:
+                continue
             for key in keys.workers(identity):
                 with self._reading(f"busy hash {key!r}"):
                     for worker, value in self.redis.hgetall(key).items():
