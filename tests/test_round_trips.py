@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -21,14 +22,20 @@ from forkq.embedded import EmbeddedServer
 from forkq.round_trips import KeptConnections, pack
 from forkq.subprocesses import wait_for
 
-NAME = "kept-test"
 CLIENT_ID = [("CLIENT", "ID")]
 
 
 @pytest.fixture
-def url(server: EmbeddedServer, r: redis.Redis) -> str:
-    """The session server's URL, its connections named :data:`NAME` (``r`` flushed it)."""
-    return f"unix://{server.socket}?client_name={NAME}"
+def name() -> str:
+    """A client name of this test's own: connections an earlier test closed, which the
+    server may not have seen go yet, never count."""
+    return f"kept-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def url(server: EmbeddedServer, r: redis.Redis, name: str) -> str:
+    """The session server's URL, its connections named ``name`` (``r`` flushed it)."""
+    return f"unix://{server.socket}?client_name={name}"
 
 
 @pytest.fixture
@@ -38,13 +45,13 @@ def kept(url: str) -> Iterator[KeptConnections]:
     client.close()
 
 
-def named(r: redis.Redis) -> list[int]:
-    """The ids of the connections named :data:`NAME`."""
-    return [int(c["id"]) for c in r.client_list(_type="normal") if c.get("name") == NAME]
+def named(r: redis.Redis, name: str) -> list[int]:
+    """The ids of the connections named ``name``."""
+    return [int(c["id"]) for c in r.client_list(_type="normal") if c.get("name") == name]
 
 
 def test_threads_pushing_at_once_keep_one_connection_each_and_every_job_lands(
-        url: str, r: redis.Redis) -> None:
+        url: str, name: str, r: redis.Redis) -> None:
     client = clients.Client(url=url)
     threads, pushes = 8, 200
     start = threading.Barrier(threads)
@@ -63,22 +70,22 @@ def test_threads_pushing_at_once_keep_one_connection_each_and_every_job_lands(
         every = [jid for group in jids for jid in group]
         assert len(set(every)) == threads * pushes and None not in every
         assert r.llen("queue:default") == threads * pushes
-        assert 1 <= len(named(r)) <= threads
+        assert 1 <= len(named(r, name)) <= threads
     finally:
         client.redis.close()
 
 
 def test_close_closes_the_kept_connections_and_the_next_push_reconnects(
-        url: str, r: redis.Redis) -> None:
+        url: str, name: str, r: redis.Redis) -> None:
     client = clients.Client(url=url)
     client.push({"class": "Kept", "args": [1]})
-    assert len(named(r)) == 1
+    assert len(named(r, name)) == 1
     client.redis.close()
-    assert wait_for(lambda: named(r) == [], 5)  # the server reads the close in its own time
+    assert wait_for(lambda: named(r, name) == [], 5)  # the server reads the close in its own time
     client.push({"class": "Kept", "args": [2]})
     try:
         assert r.llen("queue:default") == 2
-        assert len(named(r)) == 1
+        assert len(named(r, name)) == 1
     finally:
         client.redis.close()
 
@@ -118,14 +125,14 @@ def test_a_refusal_comes_in_place_and_keeps_the_connection(kept: KeptConnections
 
 
 def test_a_connection_killed_by_the_server_fails_one_call_and_is_replaced(
-        kept: KeptConnections, r: redis.Redis) -> None:
+        kept: KeptConnections, name: str, r: redis.Redis) -> None:
     before = kept.round_trip(CLIENT_ID)[0]
     assert r.client_kill_filter(_id=before) == 1
     with pytest.raises(redis.ConnectionError):
         kept.round_trip([("LPUSH", "queue:default", "x")])
     after = kept.round_trip(CLIENT_ID)[0]
     assert after != before
-    assert wait_for(lambda: named(r) == [after], 5)
+    assert wait_for(lambda: named(r, name) == [after], 5)
 
 
 def test_packing_is_redis_pys_byte_for_byte(r: redis.Redis) -> None:
