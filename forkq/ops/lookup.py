@@ -323,7 +323,8 @@ class _Search:
 
     def busy(self, processes: dict[str, Process]) -> None:
         """The jobs the busy hashes ``:workers`` / ``:work`` of Sidekiq's processes show
-        running (a forkq daemon's are passed over: its in-flight lists tell, up to date)."""
+        running, each (process, thread) once though both hashes name it (a forkq daemon's
+        are passed over: its in-flight lists tell, up to date)."""
         for identity, process in processes.items():
             if process.is_forkq:
                 continue
