@@ -39,6 +39,7 @@ from redis.sentinel import (
 )
 
 from forkq import redis_url
+from forkq.round_trips import pack
 
 EMBEDDED = "embedded"
 SOCKET_NAME = "redis.sock"
@@ -280,8 +281,9 @@ def raw(value: bytes | str) -> bytes:
 
 class Direct:
     """One connection of the caller's own, for a script called in a tight loop (a
-    processor's fetch): no pool checkout (a poll and a getpid per call) and no retry
-    wrapper. Not thread-safe; build it after fork.
+    processor's fetch): no pool checkout (a poll and a getpid per call), no retry
+    wrapper, and the command packed by hiredis directly (:func:`forkq.round_trips.pack`;
+    its arguments are text, bytes and integers). Not thread-safe; build it after fork.
 
     :meth:`evalsha` loads the script when the server does not know it. A connection or
     timeout error drops the connection (the next call reconnects) and propagates, as
@@ -301,7 +303,8 @@ class Direct:
 
     def _call(self, script: Script, keys: list[str], args: list[Any]) -> Any:
         try:
-            self._conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            self._conn.send_packed_command(
+                [pack([("EVALSHA", script.sha, len(keys), *keys, *args)])])
             return self._conn.read_response()
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             self._conn.disconnect()

@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from forkq import keys
 from forkq.connection import Direct, text
@@ -51,9 +51,9 @@ def shuffled_once(expanded: list[str], rng: random.Random) -> list[str]:
     return list(dict.fromkeys(order))
 
 
-@dataclass(frozen=True)
-class Fetched:
-    """A job now held in the processor's in-flight list."""
+class Fetched(NamedTuple):
+    """A job now held in the processor's in-flight list (a tuple: made for every job, in the
+    processor's hot path)."""
 
     queue: str
     raw: bytes
@@ -103,6 +103,7 @@ class Fetcher:
         self._spread = max(spread, 1)
         names = list(dict.fromkeys(name for name, _ in queues))
         self._keys = [keys.queue(name) for name in names]
+        self._names = {keys.queue(name).encode("utf-8", "replace"): name for name in names}
         position = {name: str(i + 1) for i, name in enumerate(names)}
         self._expanded = [position[name] for name, weight in queues for _ in range(weight)]
         fixed = strict or len(names) == 1
@@ -149,7 +150,8 @@ class Fetcher:
             return NOTHING
         count = int(result[0])
         held, rest = result[1:1 + 2 * count], result[1 + 2 * count:]
-        jobs = [Fetched(keys.queue_name(text(held[i])), held[i + 1])
+        names = self._names  # a key read back from the in-flight list may be any bytes
+        jobs = [Fetched(names.get(held[i]) or keys.queue_name(text(held[i])), held[i + 1])
                 for i in range(0, len(held), 2)]
         pairs = [(text(rest[i]), text(rest[i + 1])) for i in range(0, len(rest), 2)]
         skipped = [(key, kind) for key, kind in pairs if kind != "paused"]
