@@ -62,6 +62,7 @@ from forkq.setting_values import (
     between,
     check_queues,
     check_redis_url,
+    check_utf8,
     not_empty,
     one_of,
 )
@@ -310,6 +311,7 @@ def _from_texts(setting: Setting, texts: list[str], where: str) -> object:
     raw = [Text(item) for text in texts for item in split(text)] if split else Text(texts[0])
     try:
         value = setting.kind.read(raw)
+        check_utf8(value)
         setting.check(value)
     except InvalidError as exc:
         raise ConfigError(f"{where}: {setting.name}: {exc.problem}") from None
@@ -448,6 +450,7 @@ def _file_value(file: _File, name: str, node: yaml.Node) -> object:
     setting = _BY_NAME[name]
     try:
         value = setting.kind.read(_construct(file, name, node))
+        check_utf8(value)
         setting.check(value)
     except _UnsetVariableError:
         raise

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 import yaml
@@ -45,6 +45,29 @@ def scalar(value: object) -> object:
     text = value.strip()
     node = yaml.ScalarNode(_resolve(yaml.ScalarNode, text, (True, False)), text)
     return SafeConstructor().construct_object(node)
+
+
+def check_utf8(value: object, path: tuple[int, ...] = ()) -> None:
+    """InvalidError, at the item, when any text in ``value`` (through sequences, mappings and
+    dataclass fields) is not UTF-8: Python reads bytes that are not UTF-8 from the
+    environment and the command line as lone surrogates, which Redis commands, JSON payloads
+    and logs cannot carry. A setting is checked once, as it is read."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidError(f"expected UTF-8 text, got {value!r} (bytes that are not "
+                               "UTF-8)", path) from None
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            check_utf8(item, (*path, index))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_utf8(key, path)
+            check_utf8(item, path)
+    elif is_dataclass(value) and not isinstance(value, type):
+        for item in fields(value):
+            check_utf8(getattr(value, item.name), path)
 
 
 def show(value: object) -> str:

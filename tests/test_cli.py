@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -31,6 +32,14 @@ def test_bad_configuration_exits_78_naming_setting_and_line(tmp_path: Path, text
     assert result.returncode == 78, result.stderr
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_queue_names_that_are_not_utf8_exit_78_naming_the_variable(tmp_path: Path) -> None:
+    result = run_forkq("run", cwd=tmp_path, timeout=30,
+                       env={"FORKQ_QUEUES": os.fsdecode(b"default \xff")})
+    assert result.returncode == 78, result.stderr
+    assert result.stderr.strip() == ("forkq: config error: env FORKQ_QUEUES: queues: expected "
+                                     "UTF-8 text, got '\\udcff' (bytes that are not UTF-8)")
 
 
 def test_unreadable_config_exits_78(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
 import sys
 import textwrap
@@ -268,6 +269,28 @@ def test_interpolation_default_applies_to_empty_variable(write: Write) -> None:
 def test_interpolated_value_is_still_type_checked(write: Write) -> None:
     message = yaml_error(write, "concurrency: ${N}\n", {"N": "many"})
     assert message == "forkq.yml:1:14: concurrency: expected an integer, got 'many'"
+
+
+NOT_UTF8 = os.fsdecode(b"low \xff")
+"""Bytes that are not UTF-8, as Python reads them from the environment or the command line
+(a lone surrogate: no Redis command, payload or log line can carry it)."""
+
+
+def test_text_that_is_not_utf8_is_refused_where_it_was_given(write: Write) -> None:
+    refused = "expected UTF-8 text, got '\\udcff' (bytes that are not UTF-8)"
+    assert error_of(lambda: load(parse(), {"FORKQ_QUEUES": NOT_UTF8})) == (
+        f"env FORKQ_QUEUES: queues: {refused}")
+    assert error_of(lambda: load(parse("-q", NOT_UTF8), {})) == f"flag -q: queues: {refused}"
+    assert error_of(lambda: load(parse(), {"FORKQ_TAG": "a\udcffb"})) == (
+        "env FORKQ_TAG: tag: expected UTF-8 text, got 'a\\udcffb' (bytes that are not UTF-8)")
+    assert yaml_error(write, 'queues:\n  - critical\n  - "a\\udcffb"\n') == (
+        "forkq.yml:3:5: queues: expected UTF-8 text, got 'a\\udcffb' (bytes that are not "
+        "UTF-8)")
+    assert yaml_error(write, "tag: ${T}\n", {"T": "\udcff"}).startswith(
+        "forkq.yml:1:6: tag: expected UTF-8 text")
+    periodic = 'periodic:\n  - name: "n\\udcff"\n    cron: "0 3 * * *"\n    class: Report\n'
+    assert yaml_error(write, periodic).startswith(
+        "forkq.yml:2:5: periodic: expected UTF-8 text, got 'n\\udcff'")
 
 
 def test_environment_section_overrides_top_level(write: Write) -> None:
