@@ -39,10 +39,12 @@ from forkq.errors import (
     EXIT_USAGE,
     ConfigError,
     ForkqError,
+    InputError,
     NotFoundError,
     UnknownJobError,
 )
 from forkq.ops import commands as ops
+from forkq.wirejson import is_utf8
 
 OPERATOR: dict[str, ops.Command] = {
     "status": ops.status,
@@ -92,7 +94,7 @@ def _failure(exc: ForkqError | redis.RedisError) -> tuple[int, str]:
         return EXIT_CONFIG, f"config error: {exc}"
     if isinstance(exc, NotFoundError):
         return EXIT_NOT_FOUND, str(exc)
-    if isinstance(exc, UnknownJobError):
+    if isinstance(exc, UnknownJobError | InputError):
         return EXIT_DATAERR, str(exc)
     if isinstance(exc, redis.AuthenticationError | redis.exceptions.NoPermissionError):
         return EXIT_NOPERM, (f"Redis refused authentication: {exc} (check the password or "
@@ -281,7 +283,18 @@ def _client(settings: config.Config) -> redis.Redis:
 
 def _operator(args: argparse.Namespace) -> int:
     client = _client(config.load(args, os.environ))
+    _check_utf8_arguments(args)
     return ops.emit(OPERATOR[args.command](client, args), as_json=args.json)
+
+
+def _check_utf8_arguments(args: argparse.Namespace) -> None:
+    """InputError naming the first argument that is not UTF-8 text (bytes that are not UTF-8
+    on the command line reach Python as lone surrogates): a queue name, a jid, a process."""
+    for name, value in vars(args).items():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and not is_utf8(item):
+                raise InputError(f"{args.command}: argument {item!r} ({name}) is not UTF-8 "
+                                 "text")
 
 
 def _enqueue(args: argparse.Namespace) -> int:

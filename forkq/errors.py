@@ -95,6 +95,12 @@ class ResultTimeoutError(ForkqError, TimeoutError):
     """:func:`forkq.result` waited its ``timeout`` and no result was stored."""
 
 
+class InputError(ForkqError):
+    """An operator command got an argument it cannot use (text that is not UTF-8, which no
+    Redis key or command can carry). The CLI prints the message and exits with
+    :data:`EXIT_DATAERR`."""
+
+
 class NotFoundError(ForkqError):
     """An operator named a process, queue or job that is not there.
 

@@ -19,6 +19,7 @@ from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
 from forkq import redis_url
+from forkq.wirejson import is_utf8
 
 
 class InvalidError(Exception):
@@ -53,11 +54,9 @@ def check_utf8(value: object, path: tuple[int, ...] = ()) -> None:
     environment and the command line as lone surrogates, which Redis commands, JSON payloads
     and logs cannot carry. A setting is checked once, as it is read."""
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
+        if not is_utf8(value):
             raise InvalidError(f"expected UTF-8 text, got {value!r} (bytes that are not "
-                               "UTF-8)", path) from None
+                               "UTF-8)", path)
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
             check_utf8(item, (*path, index))

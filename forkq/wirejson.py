@@ -113,7 +113,7 @@ def _plain(value: Any, depth: int) -> bool:
     where both languages write them alike, nesting within MAX_NESTING."""
     kind = type(value)
     if kind is str:
-        return value.isascii() or _is_utf8(value)
+        return value.isascii() or is_utf8(value)
     if kind in _ATOMS:
         return True
     if kind is float:
@@ -122,7 +122,7 @@ def _plain(value: Any, depth: int) -> bool:
         return False
     if kind is dict:
         for key in value:
-            if type(key) is not str or not (key.isascii() or _is_utf8(key)):
+            if type(key) is not str or not (key.isascii() or is_utf8(key)):
                 return False
         value = value.values()
     elif kind is not list and kind is not tuple:
@@ -140,7 +140,7 @@ def _plain(value: Any, depth: int) -> bool:
     return True
 
 
-def _is_utf8(text: str) -> bool:
+def is_utf8(text: str) -> bool:
     """False when ``text`` holds a lone surrogate (not encodable as UTF-8)."""
     try:
         text.encode("utf-8")

@@ -8,6 +8,7 @@ identity / queue / jid, 69 no Redis.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable
@@ -317,6 +318,22 @@ def test_refusals_bad_input_and_json_errors(server: EmbeddedServer, r: redis.Red
     wrong = run("queues", "--json")
     assert wrong.returncode == 1 and "Redis refused" in wrong.stderr and "WRONGTYPE" in wrong.stderr
     assert json.loads(wrong.stdout)["error"].startswith("Redis refused")
+
+
+def test_arguments_that_are_not_utf8_exit_65_naming_them(server: EmbeddedServer,
+                                                         r: redis.Redis) -> None:
+    """Bytes that are not UTF-8 on the command line (a lone surrogate to Python) cannot name
+    a queue, job or process in Redis: one line, exit 65, nothing touched (they raised a
+    UnicodeEncodeError with a traceback in ``queues pause`` and ``cancel``)."""
+    name = os.fsdecode(b"a\xff")
+    for args, dest in ((["queues", "pause", name], "name"), (["queues", "clear", name], "name"),
+                       (["cancel", name], "jids"), (["job", name], "jid"),
+                       (["stop", name], "identities")):
+        done = run_forkq(*args, "--redis-url", server.url, timeout=30)
+        assert done.returncode == 65, (args, done.stderr)
+        assert done.stderr.strip() == (f"forkq: {args[0]}: argument 'a\\udcff' ({dest}) is not "
+                                       "UTF-8 text"), args
+    assert r.dbsize() == 0
 
 
 def test_enqueue_takes_a_registered_jobs_options_from_the_app(
