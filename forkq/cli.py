@@ -282,19 +282,23 @@ def _client(settings: config.Config) -> redis.Redis:
 
 
 def _operator(args: argparse.Namespace) -> int:
-    client = _client(config.load(args, os.environ))
+    settings = config.load(args, os.environ)
     _check_utf8_arguments(args)
+    client = _client(settings)
     return ops.emit(OPERATOR[args.command](client, args), as_json=args.json)
 
 
 def _check_utf8_arguments(args: argparse.Namespace) -> None:
     """InputError naming the first argument that is not UTF-8 text (bytes that are not UTF-8
-    on the command line reach Python as lone surrogates): a queue name, a jid, a process."""
+    on the command line reach Python as lone surrogates): a queue name, a jid, a process.
+    Checked before Redis is asked anything."""
+    paths = {setting.dest for setting in config.SETTINGS if setting.path and setting.flags}
     for name, value in vars(args).items():
+        if name in paths:
+            continue  # file system paths (-C, --logfile...): any bytes the system allows
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str) and not is_utf8(item):
-                raise InputError(f"{args.command}: argument {item!r} ({name}) is not UTF-8 "
-                                 "text")
+                raise InputError(f"{args.command}: argument {item!r} is not UTF-8 text")
 
 
 def _enqueue(args: argparse.Namespace) -> int:

@@ -122,7 +122,9 @@ class Setting:
 
     The variable is ``FORKQ_<NAME>`` unless ``env`` names another (or is None: no variable).
     ``repeat`` flags may be given several times; their items accumulate. ``in_file`` is false for
-    the two settings that choose the file and its section. The argparse attribute is argparse's
+    the two settings that choose the file and its section. Text must be UTF-8 (it reaches
+    Redis, job payloads, process titles and logs) except in a ``path`` setting, which holds
+    file system paths: any bytes the system allows. The argparse attribute is argparse's
     default ``dest`` for the long flag (``--log-level`` -> ``log_level``). The default is the
     field default of :class:`Config`.
     """
@@ -137,6 +139,7 @@ class Setting:
     metavar: str | None = None
     repeat: bool = False
     in_file: bool = True
+    path: bool = False
 
     @property
     def variable(self) -> str | None:
@@ -165,7 +168,7 @@ SETTINGS: tuple[Setting, ...] = (
             doc="strict priority order, never weights (default: if all weights are 1)"),
     Setting(name="require", kind=STRING_OR_LIST, reload="restart",
             doc="modules or .py files the master imports before forking",
-            flags=("-r", "--require"), metavar="MODULE|FILE", repeat=True),
+            flags=("-r", "--require"), metavar="MODULE|FILE", repeat=True, path=True),
     Setting(name="redis_url", kind=STR, reload="restart",
             doc="redis://, rediss://, unix://, redis+sentinel:// (sentinel://) URL or "
                 "'embedded'; else REDIS_URL",
@@ -176,7 +179,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(name="max_retries", kind=INT, doc="attempts for jobs with retry: true",
             reload="children", check=at_least(0)),
     Setting(name="embedded_dir", kind=STR, reload="restart",
-            doc="data directory of the embedded server (redis_url: embedded)", check=not_empty),
+            doc="data directory of the embedded server (redis_url: embedded)", check=not_empty,
+            path=True),
     Setting(name="log_level", kind=LOWER, doc=" | ".join(LOG_LEVELS), reload="children",
             flags=("-L", "--log-level"), check=one_of(LOG_LEVELS), metavar="LEVEL"),
     Setting(name="job_timeout", kind=FLOAT, reload="master",
@@ -195,9 +199,9 @@ SETTINGS: tuple[Setting, ...] = (
             "1 = one at a time", check=between(1, 1000)),
     Setting(name="log_file", kind=STR, reload="restart",
             doc="append log lines to this file (reopened on USR2); default stderr",
-            flags=("--logfile",), metavar="PATH"),
+            flags=("--logfile",), metavar="PATH", path=True),
     Setting(name="pid_file", kind=STR, doc="write the master's pid to this file",
-            reload="restart", flags=("-P", "--pidfile"), metavar="PATH"),
+            reload="restart", flags=("-P", "--pidfile"), metavar="PATH", path=True),
     Setting(name="scheduler", kind=BOOL, reload="scheduler",
             doc="fork a scheduler that campaigns to lead the cluster's scheduling"),
     Setting(name="leader_lease_ttl", kind=FLOAT, reload="scheduler",
@@ -218,7 +222,8 @@ SETTINGS: tuple[Setting, ...] = (
             reload="restart", env="FORKQ_ENV", flags=("-e", "--environment"), metavar="ENV",
             in_file=False),
     Setting(name="config_file", kind=STR, doc="YAML config file", reload="restart",
-            env="FORKQ_CONFIG", flags=("-C", "--config"), metavar="PATH", in_file=False),
+            env="FORKQ_CONFIG", flags=("-C", "--config"), metavar="PATH", in_file=False,
+            path=True),
 )
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
 _DEFAULTS = {f.name: f.default for f in fields(Config)}
@@ -311,7 +316,8 @@ def _from_texts(setting: Setting, texts: list[str], where: str) -> object:
     raw = [Text(item) for text in texts for item in split(text)] if split else Text(texts[0])
     try:
         value = setting.kind.read(raw)
-        check_utf8(value)
+        if not setting.path:
+            check_utf8(value)
         setting.check(value)
     except InvalidError as exc:
         raise ConfigError(f"{where}: {setting.name}: {exc.problem}") from None
@@ -450,7 +456,8 @@ def _file_value(file: _File, name: str, node: yaml.Node) -> object:
     setting = _BY_NAME[name]
     try:
         value = setting.kind.read(_construct(file, name, node))
-        check_utf8(value)
+        if not setting.path:
+            check_utf8(value)
         setting.check(value)
     except _UnsetVariableError:
         raise

@@ -36,18 +36,20 @@ comes from a moving average of its jobs' run times (BatchSize), so a first job s
 busy host (one took 18 ms and left a batch of 3, not 4) is outweighed by the ones after."""
 
 
-def _start_batching(r: redis.Redis, daemon: Any, push: Callable[[Client], Any]) -> Any:
+def _start_batching(r: redis.Redis, daemon: Any,
+                    push: Callable[[Client], str]) -> tuple[Any, str]:
     """A daemon (BATCH) that runs WARM short jobs from queue warm while default is paused,
     with the jobs ``push`` pushed to default; then default is resumed, so the processor's
-    next fetch takes a batch of 4 that starts with default's oldest job."""
+    next fetch takes a batch of 4 that starts with default's oldest job. The daemon and what
+    ``push`` returned (the long job's jid)."""
     client = Client(r)
     client.push_bulk({"class": "Record", "queue": "warm", "args": [["w"]] * WARM})
     r.sadd(keys.PAUSED, "default")
-    push(client)
+    pushed = push(client)
     d = daemon(BATCH)
     until(lambda: len(records(r)) == WARM, 15, lambda: d.log())
     r.srem(keys.PAUSED, "default")
-    return d
+    return d, pushed
 
 
 def _push_holding(client: Client, seconds: float = 30) -> str:
@@ -60,14 +62,13 @@ def _push_holding(client: Client, seconds: float = 30) -> str:
 
 def _start_holding(r: redis.Redis, daemon: Any) -> tuple[Any, str, list[bytes]]:
     """A daemon whose one processor runs a long Hold job and holds three more jobs."""
-    pushed: list[str] = []
-    d = _start_batching(r, daemon, lambda client: pushed.append(_push_holding(client)))
+    d, hold = _start_batching(r, daemon, _push_holding)
     until(lambda: len(records(r, "test:started")) == 1, 15, lambda: d.log())
     [inflight] = [k for k in r.keys("forkq:inflight:*:*")]
     held = r.lrange(inflight, 0, -1)
     assert len(held) == 8, held  # the running Hold and three Records, with their queues
     assert [json.loads(job)["args"] for job in held[3::2]] == [[0], [1], [2]]
-    return d, pushed[0], held
+    return d, hold, held
 
 
 def _record_order(r: redis.Redis) -> list[Any]:
@@ -91,14 +92,13 @@ def test_a_killed_processor_s_held_jobs_go_back_in_order_and_run_once(
 
 def test_jobs_a_killed_processor_completed_in_its_batch_do_not_run_again(
         r: redis.Redis, daemon: Any) -> None:
-    pushed: list[str] = []
-
-    def push(client: Client) -> None:
+    def push(client: Client) -> str:
         client.push_bulk({"class": "Record", "args": [["x0"], ["x1"]]})
-        pushed.append(str(client.push({"class": "Hold", "args": ["h", 30]})))
+        hold = client.push({"class": "Hold", "args": ["h", 30]})
         client.push_bulk({"class": "Record", "args": [[f"y{n}"] for n in range(10)]})
+        return str(hold)
 
-    d = _start_batching(r, daemon, push)
+    d, hold = _start_batching(r, daemon, push)
     until(lambda: len(records(r, "test:started")) == 1, 15, lambda: d.log())
     assert _record_order(r) == ["x0", "x1"]
     [inflight] = [k for k in r.keys("forkq:inflight:*:*")]
@@ -106,7 +106,7 @@ def test_jobs_a_killed_processor_completed_in_its_batch_do_not_run_again(
     os.kill(records(r, "test:started")[0]["pid"], signal.SIGKILL)
     until(lambda: len(records(r)) == WARM + 13, 20, lambda: d.log())
     assert _record_order(r) == ["x0", "x1", "h", *(f"y{n}" for n in range(10))]
-    assert r.get(keys.kills(pushed[0])) == b"1" and len(r.keys("forkq:kills:*")) == 1
+    assert r.get(keys.kills(hold)) == b"1" and len(r.keys("forkq:kills:*")) == 1
     until(lambda: r.get("stat:processed") == str(WARM + 13).encode(), 5,
           lambda: str(r.get("stat:processed")))
 
@@ -131,7 +131,7 @@ def test_quiet_and_stop_give_back_held_jobs_at_once(r: redis.Redis, daemon: Any,
 @pytest.mark.slow
 def test_jobs_held_behind_a_long_job_go_back_to_their_queue(r: redis.Redis,
                                                             daemon: Any) -> None:
-    d = _start_batching(r, daemon, lambda client: _push_holding(client, 12))
+    d, _ = _start_batching(r, daemon, lambda client: _push_holding(client, 12))
     until(lambda: "gave back 3 held jobs not started (the job running has run for" in d.log(),
           15, lambda: d.log())
     assert _record_order(r) == [], "the long job still runs"

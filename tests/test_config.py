@@ -293,6 +293,16 @@ def test_text_that_is_not_utf8_is_refused_where_it_was_given(write: Write) -> No
         "forkq.yml:2:5: periodic: expected UTF-8 text, got 'n\\udcff'")
 
 
+def test_paths_may_hold_any_bytes_the_system_allows(write: Write) -> None:
+    """File system paths are not text that reaches Redis: a file name in Latin-1 works."""
+    name = os.fsdecode(b"caf\xe9.yml")
+    Path(name).write_text("concurrency: 2\n", encoding="utf-8")
+    log = os.fsdecode(b"/var/log/caf\xe9.log")
+    config = load(parse("-C", name, "--logfile", log), {"FORKQ_PID_FILE": log + ".pid"})
+    assert (config.concurrency, config.log_file, config.pid_file) == (2, log, log + ".pid")
+    assert load(parse(), {"FORKQ_EMBEDDED_DIR": log}).embedded_dir == log
+
+
 def test_environment_section_overrides_top_level(write: Write) -> None:
     text = """\
         concurrency: 5

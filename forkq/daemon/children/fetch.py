@@ -103,7 +103,7 @@ class Fetcher:
         self._spread = max(spread, 1)
         names = list(dict.fromkeys(name for name, _ in queues))
         self._keys = [keys.queue(name) for name in names]
-        self._names = {keys.queue(name).encode("utf-8", "replace"): name for name in names}
+        self._names = {keys.queue(name).encode(): name for name in names}  # UTF-8 (config)
         position = {name: str(i + 1) for i, name in enumerate(names)}
         self._expanded = [position[name] for name, weight in queues for _ in range(weight)]
         fixed = strict or len(names) == 1
