@@ -101,6 +101,12 @@ class InputError(ForkqError):
     :data:`EXIT_DATAERR`."""
 
 
+class DamagedKeyError(ForkqError, ValueError):
+    """A Redis key holds what forkq cannot read as what it must be (a counter that is no
+    number). The CLI prints the message, which names the key, and exits with
+    :data:`EXIT_FAILURE`."""
+
+
 class NotFoundError(ForkqError):
     """An operator named a process, queue or job that is not there.
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import redis
 
+from forkq import api, wirejson
 from forkq import payload as payloads
-from forkq import wirejson
 from forkq.embedded import EmbeddedServer
 
 from .conftest import Daemon, attempts, identity_of, records, run_forkq, until
@@ -336,6 +336,19 @@ def test_arguments_that_are_not_utf8_exit_65_naming_them(server: EmbeddedServer,
     # checked before Redis is asked anything: the same with no server there
     done = run_forkq("cancel", name, "--redis-url", "unix:///nonexistent/forkq.sock", timeout=30)
     assert done.returncode == 65, done.stderr
+
+
+def test_a_counter_that_is_no_number_is_named_not_a_traceback(server: EmbeddedServer,
+                                                               r: redis.Redis) -> None:
+    """``status`` and ``queues`` read ``stat:processed``; any client may have written anything
+    there (it raised ValueError with a traceback)."""
+    r.set("stat:processed", b"nan")
+    for args in (["status"], ["queues"], ["status", "--json"]):
+        done = run_forkq(*args, "--redis-url", server.url, timeout=30)
+        assert done.returncode == 1, (args, done.stderr)
+        assert done.stderr.strip() == "forkq: key 'stat:processed' holds b'nan', not a number"
+    with pytest.raises(ValueError, match="stat:processed"):  # the API's documented contract
+        api.Stats.read(r)
 
 
 def test_enqueue_takes_a_registered_jobs_options_from_the_app(

@@ -17,6 +17,7 @@ import redis
 
 from forkq import keys
 from forkq.connection import text
+from forkq.errors import DamagedKeyError
 from forkq.ops.records import JobRecord
 
 
@@ -42,8 +43,9 @@ class Stats:
         """Read every figure in one pipelined round trip (after listing queues and processes).
 
         Without ``damaged`` a key of the wrong type raises Redis's WRONGTYPE (and a counter
-        that is no number ValueError); with it, such a key reads as empty (0) and its name is
-        appended to ``damaged``, so the other figures still show."""
+        that is no number DamagedKeyError, a ValueError naming the key); with it, such a key
+        reads as empty (0) and its name is appended to ``damaged``, so the other figures
+        still show."""
         queues = sorted(text(q) for q in _members(client, keys.QUEUES, damaged))
         identities = [text(i) for i in _members(client, keys.PROCESSES, damaged)]
         names = [keys.STAT_PROCESSED, keys.STAT_FAILED, keys.SCHEDULE, keys.RETRY, keys.DEAD,
@@ -110,13 +112,13 @@ def _refused(damaged: list[str], name: str, reply: Any) -> Any:
 
 
 def _count(damaged: list[str] | None, name: str, value: Any) -> int:
-    """A counter or size as read (None: 0); one that is no number raises ValueError, or reads
-    as 0 and is noted when ``damaged`` is given."""
+    """A counter or size as read (None: 0); one that is no number raises DamagedKeyError (a
+    ValueError naming the key), or reads as 0 and is noted when ``damaged`` is given."""
     try:
         return int(value or 0)
     except ValueError:
         if damaged is None:
-            raise
+            raise DamagedKeyError(f"key {name!r} holds {value!r}, not a number") from None
         if name not in damaged:
             damaged.append(name)
         return 0
