@@ -39,7 +39,7 @@ from redis.sentinel import (
 )
 
 from forkq import redis_url
-from forkq.round_trips import pack
+from forkq.round_trips import exchange
 
 EMBEDDED = "embedded"
 SOCKET_NAME = "redis.sock"
@@ -281,13 +281,14 @@ def raw(value: bytes | str) -> bytes:
 
 class Direct:
     """One connection of the caller's own, for a script called in a tight loop (a
-    processor's fetch): no pool checkout (a poll and a getpid per call), no retry
-    wrapper, and the command packed by hiredis directly (:func:`forkq.round_trips.pack`;
-    its arguments are text, bytes and integers). Not thread-safe; build it after fork.
+    processor's fetch): no pool checkout (a poll and a getpid per call) and no retry
+    wrapper; the call is a one-write round trip (:func:`forkq.round_trips.exchange`,
+    packed by hiredis directly: its arguments are text, bytes and integers). Not
+    thread-safe; build it after fork.
 
-    :meth:`evalsha` loads the script when the server does not know it. A connection or
-    timeout error drops the connection (the next call reconnects) and propagates, as
-    does a refusal (redis.ResponseError)."""
+    :meth:`evalsha` loads the script when the server does not know it. Any error but a
+    refusal drops the connection (the next call reconnects) and propagates; a refusal
+    (redis.ResponseError) keeps it and is raised."""
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
@@ -302,13 +303,10 @@ class Direct:
             return self._call(script, keys, args)
 
     def _call(self, script: Script, keys: list[str], args: list[Any]) -> Any:
-        try:
-            self._conn.send_packed_command(
-                [pack([("EVALSHA", script.sha, len(keys), *keys, *args)])])
-            return self._conn.read_response()
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            self._conn.disconnect()
-            raise
+        [reply] = exchange(self._conn, [("EVALSHA", script.sha, len(keys), *keys, *args)])
+        if isinstance(reply, redis.ResponseError):
+            raise reply
+        return reply
 
     def close(self) -> None:
         """Drop the connection."""
