@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis
 
 from .conftest import ROOT, bench_table, positive, run_forkq
 
@@ -69,6 +71,8 @@ def test_bench_prints_its_figures() -> None:
     assert result.returncode == 0, result.stderr
     rows = bench_table(result.stdout, columns=1)
     assert all(positive(cells[0]) for cells in rows.values()), result.stdout
+    assert f"forkq: python {platform.python_version()}, redis-py {redis.__version__}, " \
+           "hiredis " in result.stdout, result.stdout
 
 
 @pytest.mark.bench

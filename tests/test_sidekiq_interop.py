@@ -336,6 +336,8 @@ def test_bench_runs_side_by_side_with_sidekiq() -> None:
                        "--latency-samples", "20", "--sidekiq", timeout=90)
     assert result.returncode == 0, result.stderr
     assert "figure  " in result.stdout and "sidekiq 2x10  forkq/sidekiq" in result.stdout
+    assert "; sidekiq side: ruby " in result.stdout and ", sidekiq 6.4.1, redis-rb " \
+        in result.stdout, result.stdout
     rows = bench_table(result.stdout, columns=4)  # forkq -c2, sidekiq 1x10, 2x10, the ratio
     for label, cells in rows.items():
         measured = cells[:2] if label.startswith("enqueue") else cells  # one client per side

@@ -101,6 +101,21 @@ class SidekiqSystem:
                 self._log = None
 
 
+VERSIONS = ('require "sidekiq"; puts "ruby #{RUBY_VERSION}, sidekiq #{Sidekiq::VERSION}, '
+            'redis-rb #{Redis::VERSION}"')
+
+
+def versions() -> str:
+    """What the Sidekiq side runs on: ``ruby <v>, sidekiq <v>, redis-rb <v>`` (the client
+    library its job body uses, as redis-py is forkq's)."""
+    found = subprocess.run([_which("ruby"), "-e", VERSIONS], capture_output=True, timeout=60,
+                           stdin=subprocess.DEVNULL, check=False)
+    if found.returncode != 0:
+        why = found.stderr.decode(errors="replace")[-500:]
+        raise ForkqError(f"ruby could not load sidekiq ({INSTALL}): {why}")
+    return found.stdout.decode(errors="replace").strip()
+
+
 def ruby_enqueue(url: str, jobs: int, chunk: int) -> dict[str, float]:
     """``{"one_by_one": jobs/s, "bulk": jobs/s}`` of Sidekiq's Ruby client pushing ``jobs`` jobs
     of the benchmark class to :data:`QUEUE` (the script deletes the queue after each part)."""
