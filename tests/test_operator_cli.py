@@ -315,9 +315,13 @@ def test_refusals_bad_input_and_json_errors(server: EmbeddedServer, r: redis.Red
     assert missing.returncode == 66 and json.loads(missing.stdout)["missing"] == ["f" * 24]
     r.set("queue:wrong", "not a list")
     r.sadd("queues", "wrong")
-    wrong = run("queues", "--json")
-    assert wrong.returncode == 1 and "Redis refused" in wrong.stderr and "WRONGTYPE" in wrong.stderr
-    assert json.loads(wrong.stdout)["error"].startswith("Redis refused")
+    wrong = run("queues", "--json")  # one damaged queue hides no other
+    assert wrong.returncode == 1, wrong.stderr
+    assert wrong.stderr == "forkq: note: key 'queue:wrong' holds a string, not a list; read as " \
+                           "empty\n"
+    listed = json.loads(wrong.stdout)
+    assert {q["name"]: q["size"] for q in listed["queues"]} == {"q": 2, "default": 1, "wrong": 0}
+    assert listed["damaged"] == ["queue:wrong"]
 
 
 def test_arguments_that_are_not_utf8_exit_65_naming_them(server: EmbeddedServer,
@@ -338,15 +342,26 @@ def test_arguments_that_are_not_utf8_exit_65_naming_them(server: EmbeddedServer,
     assert done.returncode == 65, done.stderr
 
 
-def test_a_counter_that_is_no_number_is_named_not_a_traceback(server: EmbeddedServer,
-                                                               r: redis.Redis) -> None:
+def test_damaged_counters_are_named_and_the_rest_is_shown(server: EmbeddedServer,
+                                                           r: redis.Redis) -> None:
     """``status`` and ``queues`` read ``stat:processed``; any client may have written anything
-    there (it raised ValueError with a traceback)."""
+    there (it raised ValueError with a traceback, then stopped the listing with exit 1): a
+    damaged key reads as empty, is named, and the exit status is 1."""
     r.set("stat:processed", b"nan")
+    r.set("stat:failed", b"x" * 100)
+    r.set("forkq:paused", "not a set")
+    r.lpush("queue:ok", "job")
+    r.sadd("queues", "ok")
+    note = ("forkq: note: key 'stat:processed' holds b'nan', not a number; read as empty\n"
+            f"forkq: note: key 'stat:failed' holds {b'x' * 40!r}, not a number; read as empty\n"
+            "forkq: note: key 'forkq:paused' holds a string, not a set; read as empty\n")
     for args in (["status"], ["queues"], ["status", "--json"]):
         done = run_forkq(*args, "--redis-url", server.url, timeout=30)
-        assert done.returncode == 1, (args, done.stderr)
-        assert done.stderr.strip() == "forkq: key 'stat:processed' holds b'nan', not a number"
+        assert (done.returncode, done.stderr) == (1, note), args
+        assert "ok" in done.stdout, (args, done.stdout)  # the rest is shown
+    shown = json.loads(run_forkq("status", "--json", "--redis-url", server.url).stdout)
+    assert shown["damaged"] == ["stat:processed", "stat:failed", "forkq:paused"]
+    assert (shown["stats"]["processed"], shown["stats"]["enqueued"]) == (0, 1)
     with pytest.raises(ValueError, match="stat:processed"):  # the API's documented contract
         api.Stats.read(r)
 

@@ -14,7 +14,10 @@ stderr, and the exit status:
   and ``--json`` lists the absent ones under ``missing`` (``job JID``: "job JID not found");
 - 1 — something named was refused (a set entry that is not a job, a remote signal a
   process does not take); the rest were acted on, and ``--json`` lists them under
-  ``refused``. Redis errors are handled in :mod:`forkq.cli` (69 when it does not answer).
+  ``refused``. Also ``status`` and ``queues`` reading a damaged key (a queue that is no
+  list, a counter that is no number): it counts as empty, the rest is shown, and the key is
+  named on stderr and under ``damaged``. Redis errors are handled in :mod:`forkq.cli` (69
+  when it does not answer).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from forkq.ops.processes import ProcessSet, Work
 from forkq.ops.queues import Queue
 from forkq.ops.records import SortedEntry
 from forkq.ops.sorted_sets import SETS, JobSet
-from forkq.ops.stats import Stats
+from forkq.ops.stats import Stats, describe_damage
 
 DEFAULT_LIMIT = 50
 
@@ -87,15 +90,10 @@ def status(client: redis.Redis, args: argparse.Namespace) -> Outcome:
     processes = ProcessSet(client)
     live = processes.live()
     work = processes.work(live)
-    stats = Stats.read(client, now)
-    errors: list[str] = []
-    try:
-        paused = Queue.paused_names(client)
-    except ForkqError as exc:  # the rest of the view still shows
-        paused, errors = set(), [f"note: {exc}"]
+    stats, paused, damage = _totals(client, now)
     queues = _queue_rows(stats, paused)
     data = {"processes": [p.summary() for p in live], "busy": [w.summary() for w in work],
-            "queues": queues, "stats": stats.summary()}
+            "queues": queues, "stats": stats.summary(), "damaged": damage.keys}
     capacity = sum(p.concurrency for p in live)
     text = "\n\n".join([
         f"Processes ({len(live)})\n" + tables.table(
@@ -109,7 +107,36 @@ def status(client: redis.Redis, args: argparse.Namespace) -> Outcome:
             [[stats.processed, stats.failed, stats.enqueued, stats.scheduled_size,
               stats.retry_size, stats.dead_size, f"{stats.workers_size}/{capacity}"]]),
     ])
-    return Outcome(data, text, EXIT_OK, errors)
+    return Outcome(data, text, damage.code, damage.notes)
+
+
+@dataclass(frozen=True)
+class Damage:
+    """Keys a listing read as empty because they hold the wrong kind of value (written by
+    another program, or a typo at ``redis-cli``): their names, a note for each, and the exit
+    status (1 when there is any: what is shown is right, but incomplete)."""
+
+    keys: list[str]
+    notes: list[str]
+
+    @property
+    def code(self) -> int:
+        return EXIT_FAILURE if self.keys else EXIT_OK
+
+
+def _totals(client: redis.Redis, now: float | None = None) -> tuple[Stats, set[str], Damage]:
+    """The totals and the paused queues' names; a damaged key (a queue that is no list, a
+    counter that is no number, a paused-queues key that is no set) reads as empty and is
+    named, and the rest still shows (one bad key never hides the others)."""
+    damaged: list[str] = []
+    stats = Stats.read(client, now, damaged=damaged)
+    try:
+        paused = Queue.paused_names(client)
+    except ForkqError:
+        paused = set()
+        damaged.append(keys.PAUSED)
+    notes = [f"note: {describe_damage(client, name)}; read as empty" for name in damaged]
+    return stats, paused, Damage(damaged, notes)
 
 
 def _work_table(work: list[Work], now: float) -> str:
@@ -180,8 +207,10 @@ def queues(client: redis.Redis, args: argparse.Namespace) -> Outcome:
     if args.action == "list":
         if args.name:
             return failed(EXIT_USAGE, "queues list takes no NAME (use: forkq queues jobs NAME)")
-        rows = _queue_rows(Stats.read(client), Queue.paused_names(client))
-        return Outcome({"queues": rows}, _queue_table(rows))
+        stats, paused, damage = _totals(client)
+        rows = _queue_rows(stats, paused)
+        return Outcome({"queues": rows, "damaged": damage.keys}, _queue_table(rows), damage.code,
+                       damage.notes)
     if not args.name:
         return failed(EXIT_USAGE, f"queues {args.action} needs a queue NAME")
     queue = Queue(client, args.name)

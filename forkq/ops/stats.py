@@ -91,6 +91,26 @@ class Stats:
         return asdict(self)
 
 
+_EXPECTED = {keys.QUEUES: "set", keys.PROCESSES: "set", keys.PAUSED: "set",
+             keys.SCHEDULE: "zset", keys.RETRY: "zset", keys.DEAD: "zset",
+             keys.STAT_PROCESSED: "number", keys.STAT_FAILED: "number"}
+
+
+def describe_damage(client: redis.Redis, name: str) -> str:
+    """What the key ``name``, which :meth:`Stats.read` (or a read of ``forkq:paused``) found
+    damaged, holds instead of what it should: ``key 'queue:b' holds a string, not a list``
+    (a counter: the first 40 bytes of its value). Two small reads; if Redis refuses them,
+    only that the key holds something else."""
+    expected = _EXPECTED.get(name) or ("list" if name.startswith(keys.queue("")) else "hash")
+    try:
+        kind = text(client.type(name))
+        found = (repr(client.getrange(name, 0, 39)) if kind == "string" and expected == "number"
+                 else f"a {kind}")
+    except redis.RedisError:
+        found = "something else"
+    return f"key {name!r} holds {found}, not a {expected}"
+
+
 def _members(client: redis.Redis, name: str, damaged: list[str] | None) -> set[Any]:
     """SMEMBERS ``name``; empty (and noted) when it is of another type and ``damaged`` given."""
     try:
