@@ -43,22 +43,11 @@ from forkq.errors import (
     NotFoundError,
     UnknownJobError,
 )
-from forkq.ops import commands as ops
+from forkq.ops import options
 from forkq.wirejson import is_utf8
 
-OPERATOR: dict[str, ops.Command] = {
-    "status": ops.status,
-    "quiet": ops.signal_processes("quiet"),
-    "stop": ops.signal_processes("stop"),
-    "dump": ops.signal_processes("dump"),
-    "reload": ops.signal_processes("reload"),
-    "queues": ops.queues,
-    "retries": ops.job_set("retries"),
-    "dead": ops.job_set("dead"),
-    "scheduled": ops.job_set("scheduled"),
-    "cancel": ops.cancel_jobs,
-    "job": ops.job,
-}
+OPERATOR = ("status", "quiet", "stop", "dump", "reload", "queues", "retries", "dead",
+            "scheduled", "cancel", "job")
 COMMANDS = ("run", "demo", "bench", "version", "enqueue", "web", *OPERATOR)
 
 
@@ -185,7 +174,7 @@ def _operator_parsers(commands: Any) -> None:
     cancel = commands.add_parser("cancel", parents=[common], help="cancel jobs: remove them "
                                  "where they wait, or stop the processor running them")
     cancel.add_argument("jids", nargs="*", metavar="JID")
-    cancel.add_argument("--wait", type=ops.seconds_option, default=5.0, metavar="SECONDS",
+    cancel.add_argument("--wait", type=options.seconds_option, default=5.0, metavar="SECONDS",
                         help="how long to wait for a running job to be stopped (default 5)")
     cancel.set_defaults(func=_operator)
 
@@ -203,8 +192,9 @@ def _signal_parser(sub: argparse.ArgumentParser) -> None:
 
 
 def _limit_flag(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--limit", type=ops.limit_option, default=ops.DEFAULT_LIMIT, metavar="N",
-                     help=f"list at most N jobs (default {ops.DEFAULT_LIMIT}; 0 = all)")
+    sub.add_argument("--limit", type=options.limit_option, default=options.DEFAULT_LIMIT,
+                     metavar="N",
+                     help=f"list at most N jobs (default {options.DEFAULT_LIMIT}; 0 = all)")
 
 
 def _set_parser(sub: argparse.ArgumentParser) -> None:
@@ -224,11 +214,11 @@ def _enqueue_parser(sub: argparse.ArgumentParser) -> None:
                      "put -- before a negative number")
     sub.add_argument("-q", "--queue", dest="to_queue", default=None, metavar="QUEUE",
                      help="queue (default: the job's own)")
-    sub.add_argument("--retry", type=ops.retry_option, default=None, metavar="true|false|N",
+    sub.add_argument("--retry", type=options.retry_option, default=None, metavar="true|false|N",
                      help="true, false or a number of retries")
-    sub.add_argument("--in", dest="in_seconds", type=ops.seconds_option, default=None,
+    sub.add_argument("--in", dest="in_seconds", type=options.seconds_option, default=None,
                      metavar="SECONDS", help="run it this many seconds from now")
-    sub.add_argument("--at", type=ops.when_option, default=None, metavar="WHEN",
+    sub.add_argument("--at", type=options.when_option, default=None, metavar="WHEN",
                      help="run it at this epoch, or ISO 8601 time (local unless it has an offset)")
     sub.add_argument("--force", action="store_true",
                      help="push even when the configured app (require) has no job NAME")
@@ -247,7 +237,7 @@ def _web_parser(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--readonly-password-file", default=None, metavar="FILE",
                      help="the read-only password, read from FILE "
                      "(or FORKQ_WEB_READONLY_PASSWORD[_FILE])")
-    sub.add_argument("--refresh", type=ops.seconds_option, default=5.0, metavar="SECONDS",
+    sub.add_argument("--refresh", type=options.seconds_option, default=5.0, metavar="SECONDS",
                      help="how often the pages refresh themselves (default 5)")
     sub.set_defaults(func=_web)
 
@@ -282,10 +272,12 @@ def _client(settings: config.Config) -> redis.Redis:
 
 
 def _operator(args: argparse.Namespace) -> int:
+    from forkq.ops import commands as ops  # only here: the daemon's launch does not import it
+
     settings = config.load(args, os.environ)
     _check_utf8_arguments(args)
     client = _client(settings)
-    return ops.emit(OPERATOR[args.command](client, args), as_json=args.json)
+    return ops.emit(ops.command(args.command)(client, args), as_json=args.json)
 
 
 def _check_utf8_arguments(args: argparse.Namespace) -> None:
@@ -304,6 +296,8 @@ def _check_utf8_arguments(args: argparse.Namespace) -> None:
 def _enqueue(args: argparse.Namespace) -> int:
     settings = config.load(args, os.environ)
     defaults = _job_defaults(settings, args.name, force=args.force)
+    from forkq.ops import commands as ops
+
     return ops.emit(ops.enqueue(_client(settings), args, defaults), as_json=args.json)
 
 

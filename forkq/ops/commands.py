@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import redis
@@ -52,8 +50,6 @@ from forkq.ops.queues import Queue
 from forkq.ops.records import SortedEntry
 from forkq.ops.sorted_sets import SETS, JobSet
 from forkq.ops.stats import Stats, describe_damage
-
-DEFAULT_LIMIT = 50
 
 
 @dataclass
@@ -438,45 +434,13 @@ def _arg(text: str) -> Any:
         return text
 
 
-# --- argument types (argparse turns their ValueError into a usage error) ------------------------
-
-
-def retry_option(text: str) -> bool | int:
-    """``--retry``: true, false or a number of retries."""
-    lowered = text.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    count = int(text)
-    if count < 0:
-        raise ValueError(text)
-    return count
-
-
-def seconds_option(text: str) -> float:
-    """``--in``: a finite number of seconds."""
-    value = float(text)
-    if not math.isfinite(value) or abs(value) > 1e10:
-        raise ValueError(text)
-    return value
-
-
-def when_option(text: str) -> float:
-    """``--at``: epoch seconds, or an ISO 8601 time (local time unless it has an offset)."""
-    try:
-        value = float(text)
-    except ValueError:
-        return datetime.fromisoformat(text).timestamp()
-    if not math.isfinite(value) or not 0 <= value < 1e11:
-        raise ValueError(text)
-    return value
-
-
-def limit_option(text: str) -> int:
-    """``--limit``: how many to list; 0 for all."""
-    value = int(text)
-    if value < 0:
-        raise ValueError(text)
-    return value
+def command(name: str) -> Command:
+    """The operator command ``name`` (one of ``forkq.cli.OPERATOR``); KeyError for another."""
+    if name in _ASKED:
+        return signal_processes(name)
+    if name in ("retries", "dead", "scheduled"):
+        return job_set(name)
+    return {"status": status, "queues": queues, "cancel": cancel_jobs, "job": job}[name]
 
 
 def emit(outcome: Outcome, *, as_json: bool) -> int:

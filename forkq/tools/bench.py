@@ -10,9 +10,7 @@ of the tree after the drain, idle enqueue → start latency. The table
 (:mod:`forkq.tools.bench_table`) shows the median of the repetitions. Progress goes to
 stderr, the table to stdout.
 
-Importing this module (as the daemon does through ``require: forkq.tools.bench``)
-registers the benchmark job ``forkq.bench.work`` and the no-op body ``forkq.bench.noop``
-(:mod:`forkq.tools.bench_split`).
+The daemons under test import only the benchmark's jobs (:mod:`forkq.tools.bench_jobs`).
 """
 
 from __future__ import annotations
@@ -27,43 +25,14 @@ from importlib import metadata
 
 import redis
 
-from forkq import client as clients
-from forkq import registry
 from forkq.connection import connect
 from forkq.embedded import server_url
 from forkq.tools import bench_phases as phases
 from forkq.tools import bench_procs, bench_sidekiq
-from forkq.tools.bench_systems import JOB_CLASS, QUEUE, ForkqSystem, System, compile_forkq
+from forkq.tools.bench_systems import ForkqSystem, System, compile_forkq
 from forkq.tools.bench_table import Results, render
 
 SIDEKIQ_SHAPES = ((1, 10), (2, 10))  # (processes, threads)
-
-
-@registry.job(name=JOB_CLASS, queue=QUEUE, retry=False)
-def work(n: int, pushed: float | None = None) -> None:
-    """The benchmark's job body, the same as ``ruby/bench_worker.rb``'s: one pipelined INCR
-    + SETBIT (and, with ``pushed``, an RPUSH of its latency) on the processor's own client."""
-    now = time.time()
-    pipe = clients.default().redis.pipeline(transaction=False)
-    pipe.incr(phases.DONE)
-    pipe.setbit(phases.BITS, n, 1)
-    if pushed is not None:
-        pipe.rpush(phases.LATENCY, repr(now - pushed))
-    pipe.execute()
-
-
-NOOP_CLASS = "forkq.bench.noop"
-NOOP_EVERY = 1000
-
-
-@registry.job(name=NOOP_CLASS, queue=QUEUE, retry=False)
-def noop(n: int) -> None:
-    """A body that does nothing but count, for ``forkq bench --split``: the job with
-    ``n % NOOP_EVERY == NOOP_EVERY - 1`` adds NOOP_EVERY to the done counter (one INCRBY per
-    NOOP_EVERY jobs; staged jobs carry n from 0, so a drain of a multiple of NOOP_EVERY
-    ends at the count)."""
-    if n % NOOP_EVERY == NOOP_EVERY - 1:
-        clients.default().redis.incrby(phases.DONE, NOOP_EVERY)
 
 
 @dataclass(frozen=True)

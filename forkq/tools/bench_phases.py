@@ -27,11 +27,9 @@ from forkq import payload as payloads
 from forkq.errors import ForkqError
 from forkq.subprocesses import wait_for
 from forkq.tools import bench_procs
-from forkq.tools.bench_systems import QUEUE, System
+from forkq.tools.bench_jobs import BITS, DONE, JOB_CLASS, LATENCY, QUEUE
+from forkq.tools.bench_systems import System
 
-DONE = "forkq:bench:done"
-BITS = "forkq:bench:bits"
-LATENCY = "forkq:bench:latency"
 STAGING = "forkq:bench:staging"
 BIT_RANGE = 2**20
 CHUNK = 1000
@@ -170,7 +168,7 @@ def python_enqueue(url: str, jobs: int) -> tuple[float, float]:
     client = clients.Client(url=url)
     try:
         client.redis.delete(keys.queue(QUEUE))  # also opens the connection before the clock
-        item = {"class": "forkq.bench.work", "queue": QUEUE, "retry": False}
+        item = {"class": JOB_CLASS, "queue": QUEUE, "retry": False}
         started = time.perf_counter()
         for n in range(jobs):
             client.push({**item, "args": [n]})

@@ -23,7 +23,7 @@ from forkq import keys
 from forkq.connection import text
 from forkq.errors import ForkqError
 from forkq.subprocesses import terminate
-from forkq.tools.bench_systems import QUEUE
+from forkq.tools.bench_jobs import QUEUE
 
 INSTALL = "apt-get install -y ruby-sidekiq"
 STOP_TIMEOUT = 15.0

@@ -6,9 +6,9 @@ one server (a private throwaway one unless ``--redis-url`` is given), each measu
 from the OS's accounting):
 
 - **job body alone**: ``-c`` forked processes run the benchmark job's body
-  (:func:`forkq.tools.bench.work`, on a client of their own) back to back, N in all, with
+  (:func:`forkq.tools.bench_jobs.work`, on a client of their own) back to back, N in all, with
   nothing around it: the most that many Python processes could do with this body;
-- **forkq, no-op body**: the daemon drains N jobs of :data:`~forkq.tools.bench.NOOP_CLASS`,
+- **forkq, no-op body**: the daemon drains N jobs of :data:`~forkq.tools.bench_jobs.NOOP_CLASS`,
   whose body only counts: forkq's own cost per job (fetch, decode, middleware, metrics,
   acknowledgement);
 - **forkq, the body**: the daemon drains N benchmark jobs, as ``forkq bench`` does.
@@ -31,9 +31,10 @@ from forkq import client as clients
 from forkq.connection import connect
 from forkq.embedded import server_url
 from forkq.errors import ForkqError
-from forkq.tools import bench, bench_procs
+from forkq.tools import bench, bench_jobs, bench_procs
 from forkq.tools import bench_phases as phases
-from forkq.tools.bench_systems import JOB_CLASS, ForkqSystem
+from forkq.tools.bench_jobs import JOB_CLASS
+from forkq.tools.bench_systems import ForkqSystem
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Part:
 
 def run(*, jobs: int, concurrency: int, redis_url: str | None) -> int:
     """Measure the three drains and print the table; the exit status."""
-    jobs = -(-max(jobs, 1) // bench.NOOP_EVERY) * bench.NOOP_EVERY
+    jobs = -(-max(jobs, 1) // bench_jobs.NOOP_EVERY) * bench_jobs.NOOP_EVERY
     with tempfile.TemporaryDirectory(prefix="forkq-bench-") as tmp, \
             server_url(tmp, redis_url) as url:
         r: redis.Redis = connect(url)
@@ -56,7 +57,7 @@ def run(*, jobs: int, concurrency: int, redis_url: str | None) -> int:
             parts = [Part("job body alone", body_alone(r, url, jobs, concurrency, server_pid))]
             _progress("forkq, no-op body ...")
             parts.append(Part("forkq, no-op body", _daemon(r, tmp, url, jobs, concurrency,
-                                                           server_pid, bench.NOOP_CLASS)))
+                                                           server_pid, bench_jobs.NOOP_CLASS)))
             _progress("forkq, the body ...")
             parts.append(Part("forkq, the body", _daemon(r, tmp, url, jobs, concurrency,
                                                          server_pid, JOB_CLASS)))
@@ -97,7 +98,7 @@ def _fork_body(url: str, numbers: range) -> int:
     try:
         clients.configure(clients.Client(connect(url)))
         for n in numbers:
-            bench.work(n % phases.BIT_RANGE)
+            bench_jobs.work(n % phases.BIT_RANGE)
         code = 0
     finally:
         os._exit(code)

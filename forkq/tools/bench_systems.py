@@ -3,7 +3,7 @@
 A :class:`System` is one configuration under test (``forkq -c4``, ``sidekiq 2x10``): it
 starts its processes, says when every worker is up, gives the root pids of its process
 tree (for CPU and PSS), and stops them by those pids. Its workers run the benchmark job
-(registered as :data:`JOB_CLASS` by :mod:`forkq.tools.bench`, and in Ruby by
+(registered as :data:`JOB_CLASS` by :mod:`forkq.tools.bench_jobs`, and in Ruby by
 ``ruby/bench_worker.rb``) from :data:`QUEUE`.
 """
 
@@ -15,11 +15,8 @@ from typing import IO, Protocol
 
 import forkq
 from forkq.tools import bench_procs
+from forkq.tools.bench_jobs import JOB_CLASS, QUEUE
 from forkq.tools.driver import DaemonProcess
-
-QUEUE = "forkq-bench"
-JOB_CLASS = "forkq.bench.work"
-"""The benchmark job's name (registered by :mod:`forkq.tools.bench`)."""
 
 
 def compile_forkq() -> bool:
@@ -80,7 +77,7 @@ class ForkqSystem:
         path = os.path.join(self._tmp, f"bench-c{self.workers}.yml")
         with open(path, "w", encoding="utf-8") as f:
             f.write(f"concurrency: {self.workers}\nqueues: [{QUEUE}]\n"
-                    f"require: forkq.tools.bench\nredis_url: {self._url}\n"
+                    f"require: forkq.tools.bench_jobs\nredis_url: {self._url}\n"
                     "log_level: warning\nscheduler: false\n")
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._daemon = DaemonProcess(path, stderr=self._log)
