@@ -296,7 +296,7 @@ def _check_utf8_arguments(args: argparse.Namespace) -> None:
 def _enqueue(args: argparse.Namespace) -> int:
     settings = config.load(args, os.environ)
     defaults = _job_defaults(settings, args.name, force=args.force)
-    from forkq.ops import commands as ops
+    from forkq.ops import commands as ops  # only here, as in _operator
 
     return ops.emit(ops.enqueue(_client(settings), args, defaults), as_json=args.json)
 

@@ -269,6 +269,12 @@ FOLLOWING: dict[str, type[redis.Connection] | type[redis.UnixDomainSocketConnect
     "redis": MasterConnection, "rediss": SSLMasterConnection, "unix": UnixMasterConnection}
 
 
+def is_wrong_type(exc: redis.ResponseError) -> bool:
+    """Redis refused because a key holds another type (also a forkq script's refusal); not an
+    ACL refusal or any other error."""
+    return "WRONGTYPE" in str(exc)  # a pipeline's error names its command first
+
+
 def text(value: bytes | str) -> str:
     """A Redis reply value as text (replies are bytes; typed as bytes | str by redis-py)."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

@@ -175,6 +175,13 @@ PAUSED = "forkq:paused"
 skips them (fetch.lua) until they are resumed (``forkq queues pause|resume NAME``)."""
 
 
+TYPES = {QUEUES: "set", PROCESSES: "set", PAUSED: "set", STAT_PROCESSED: "string",
+         STAT_FAILED: "string", SCHEDULE: "zset", RETRY: "zset", DEAD: "zset", PERIODIC: "hash",
+         DEAR_LEADER: "string"}
+"""The Redis type of each fixed key that readers check (the counters are strings holding
+numbers)."""
+
+
 def result(jid: str) -> str:
     """Where the result of job ``jid`` is kept (a job with ``result_ttl``)."""
     return f"forkq:result:{jid}"

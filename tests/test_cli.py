@@ -73,6 +73,7 @@ def test_bench_prints_its_figures() -> None:
     assert all(positive(cells[0]) for cells in rows.values()), result.stdout
     assert f"forkq: python {platform.python_version()}, redis-py {redis.__version__}, " \
            "hiredis " in result.stdout, result.stdout
+    assert " (used by redis-py)" in result.stdout, "hiredis is installed with forkq"
 
 
 @pytest.mark.bench

@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 import redis
 
-from forkq import api, wirejson
+from forkq import api, cli, wirejson
 from forkq import payload as payloads
 from forkq.embedded import EmbeddedServer
+from forkq.ops import commands
+from forkq.ops.stats import describe_damage
 
 from .conftest import Daemon, attempts, identity_of, records, run_forkq, until
 
@@ -364,6 +366,46 @@ def test_damaged_counters_are_named_and_the_rest_is_shown(server: EmbeddedServer
     assert (shown["stats"]["processed"], shown["stats"]["enqueued"]) == (0, 1)
     with pytest.raises(ValueError, match="stat:processed"):  # the API's documented contract
         api.Stats.read(r)
+
+
+def test_every_operator_command_name_has_its_command() -> None:
+    """The command line lists the names without importing the commands (its launch does not
+    pay for them); each name must still reach one."""
+    assert all(callable(commands.command(name)) for name in cli.OPERATOR)
+    with pytest.raises(KeyError):
+        commands.command("run")
+
+
+def test_an_acl_refusal_is_no_damaged_key(server: EmbeddedServer, r: redis.Redis) -> None:
+    """A user whose ACL denies a read ``status`` or ``queues`` needs exits 77 naming the
+    refusal: it is not reported as a key of the wrong type read as empty."""
+    r.lpush("queue:a", "job")
+    r.sadd("queues", "a")
+    r.acl_setuser("nollen", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
+                  commands=["+@all", "-llen"])
+    try:
+        for args in (["status"], ["queues"], ["queues", "--json"]):
+            done = run_forkq(*args, "--redis-url", f"unix://nollen:pw@{server.socket}")
+            assert done.returncode == 77, (args, done.stdout, done.stderr)
+            assert "no permissions to run the 'llen' command" in done.stderr, done.stderr
+            assert "note:" not in done.stderr and "damaged" not in done.stdout
+    finally:
+        r.acl_deluser("nollen")
+
+
+def test_damage_is_described_as_found_again(r: redis.Redis) -> None:
+    """What a damaged key holds is asked again when it is named: a key that changed since
+    it was read says so rather than describing what it holds now as wrong."""
+    r.set("queue:b", "text")
+    r.set("stat:failed", "x" * 100)
+    assert describe_damage(r, "queue:b") == "key 'queue:b' holds a string, not a list"
+    assert describe_damage(r, "stat:failed") == f"key 'stat:failed' holds {b'x' * 40!r}, " \
+                                                "not a number"
+    assert describe_damage(r, "queue:gone") == ("key 'queue:gone' was not a list when it was "
+                                                "read (it is gone now)")
+    r.hset("host:1:abc", "busy", "1")
+    assert describe_damage(r, "host:1:abc") == ("key 'host:1:abc' was not a hash when it was "
+                                                "read (it is one now)")
 
 
 def test_enqueue_takes_a_registered_jobs_options_from_the_app(

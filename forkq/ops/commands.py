@@ -14,10 +14,10 @@ stderr, and the exit status:
   and ``--json`` lists the absent ones under ``missing`` (``job JID``: "job JID not found");
 - 1 — something named was refused (a set entry that is not a job, a remote signal a
   process does not take); the rest were acted on, and ``--json`` lists them under
-  ``refused``. Also ``status`` and ``queues`` reading a damaged key (a queue that is no
-  list, a counter that is no number): it counts as empty, the rest is shown, and the key is
-  named on stderr and under ``damaged``. Redis errors are handled in :mod:`forkq.cli` (69
-  when it does not answer).
+  ``refused``. Also ``status`` and ``queues [list]`` reading a damaged key (a queue that is
+  no list, a counter that is no number, ``forkq:paused`` that is no set): it counts as empty,
+  the rest is shown, and the key is named on stderr and under ``damaged``. Redis errors are
+  handled in :mod:`forkq.cli` (69 when it does not answer, 77 for an ACL's refusal).
 """
 
 from __future__ import annotations
@@ -435,12 +435,12 @@ def _arg(text: str) -> Any:
 
 
 def command(name: str) -> Command:
-    """The operator command ``name`` (one of ``forkq.cli.OPERATOR``); KeyError for another."""
-    if name in _ASKED:
-        return signal_processes(name)
-    if name in ("retries", "dead", "scheduled"):
-        return job_set(name)
-    return {"status": status, "queues": queues, "cancel": cancel_jobs, "job": job}[name]
+    """The operator command ``name`` (each of ``forkq.cli.OPERATOR``); KeyError for another."""
+    commands: dict[str, Command] = {
+        "status": status, "queues": queues, "cancel": cancel_jobs, "job": job,
+        **{action: signal_processes(action) for action in _ASKED},
+        **{kind: job_set(kind) for kind in ("retries", "dead", "scheduled")}}
+    return commands[name]
 
 
 def emit(outcome: Outcome, *, as_json: bool) -> int:

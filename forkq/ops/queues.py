@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import redis
 
 from forkq import keys
-from forkq.connection import raw, text
+from forkq.connection import is_wrong_type, raw, text
 from forkq.errors import ForkqError
 from forkq.ops.records import JobRecord
 
@@ -35,10 +35,13 @@ class Queue:
 
     @staticmethod
     def paused_names(client: redis.Redis) -> set[str]:
-        """The names of the paused queues; ForkqError naming the key when it is no set."""
+        """The names of the paused queues; ForkqError naming the key when it is no set (any
+        other refusal, an ACL's, is raised as it is)."""
         try:
             return {text(name) for name in client.smembers(keys.PAUSED)}
         except redis.ResponseError as exc:
+            if not is_wrong_type(exc):
+                raise
             raise ForkqError(f"key {keys.PAUSED!r} is not a set of queue names: {exc}") from None
 
     @classmethod

@@ -16,7 +16,7 @@ from typing import Any
 import redis
 
 from forkq import keys
-from forkq.connection import text
+from forkq.connection import is_wrong_type, text
 from forkq.errors import DamagedKeyError
 from forkq.ops.records import JobRecord
 
@@ -45,7 +45,7 @@ class Stats:
         Without ``damaged`` a key of the wrong type raises Redis's WRONGTYPE (and a counter
         that is no number DamagedKeyError, a ValueError naming the key); with it, such a key
         reads as empty (0) and its name is appended to ``damaged``, so the other figures
-        still show."""
+        still show. Any other refusal (an ACL's, ``NoPermissionError``) is raised either way."""
         queues = sorted(text(q) for q in _members(client, keys.QUEUES, damaged))
         identities = [text(i) for i in _members(client, keys.PROCESSES, damaged)]
         names = [keys.STAT_PROCESSED, keys.STAT_FAILED, keys.SCHEDULE, keys.RETRY, keys.DEAD,
@@ -91,40 +91,48 @@ class Stats:
         return asdict(self)
 
 
-_EXPECTED = {keys.QUEUES: "set", keys.PROCESSES: "set", keys.PAUSED: "set",
-             keys.SCHEDULE: "zset", keys.RETRY: "zset", keys.DEAD: "zset",
-             keys.STAT_PROCESSED: "number", keys.STAT_FAILED: "number"}
-
-
 def describe_damage(client: redis.Redis, name: str) -> str:
-    """What the key ``name``, which :meth:`Stats.read` (or a read of ``forkq:paused``) found
-    damaged, holds instead of what it should: ``key 'queue:b' holds a string, not a list``
-    (a counter: the first 40 bytes of its value). Two small reads; if Redis refuses them,
-    only that the key holds something else."""
-    expected = _EXPECTED.get(name) or ("list" if name.startswith(keys.queue("")) else "hash")
+    """Why the key ``name``, which :meth:`Stats.read` (or a read of ``forkq:paused``) found
+    damaged, could not be read: ``key 'queue:b' holds a string, not a list``; a counter, the
+    first 40 bytes of its value. Asks Redis again (TYPE, and GETRANGE for a counter), so it
+    also says when the key changed since. Raises redis.ConnectionError when Redis does not
+    answer; an ACL refusing those commands only leaves out what the key holds."""
+    expected = _expected_type(name)
     try:
         kind = text(client.type(name))
-        found = (repr(client.getrange(name, 0, 39)) if kind == "string" and expected == "number"
-                 else f"a {kind}")
-    except redis.RedisError:
-        found = "something else"
-    return f"key {name!r} holds {found}, not a {expected}"
+        if kind == "string" and name in (keys.STAT_PROCESSED, keys.STAT_FAILED):
+            return f"key {name!r} holds {client.getrange(name, 0, 39)!r}, not a number"
+    except redis.ResponseError as exc:
+        return f"key {name!r} is not a {expected} (what it holds could not be asked: {exc})"
+    if kind in ("none", expected):
+        now = "is gone now" if kind == "none" else "is one now"
+        return f"key {name!r} was not a {expected} when it was read (it {now})"
+    return f"key {name!r} holds a {kind}, not a {expected}"
+
+
+def _expected_type(name: str) -> str:
+    """The type of a key :meth:`Stats.read` reads: a fixed key's (:data:`keys.TYPES`), a
+    queue's list, else a process record's hash (the only other keys it reads)."""
+    return keys.TYPES.get(name) or ("list" if name.startswith(keys.QUEUE_PREFIX) else "hash")
 
 
 def _members(client: redis.Redis, name: str, damaged: list[str] | None) -> set[Any]:
     """SMEMBERS ``name``; empty (and noted) when it is of another type and ``damaged`` given."""
     try:
         return set(client.smembers(name))
-    except redis.ResponseError:
-        if damaged is None:
+    except redis.ResponseError as exc:
+        if damaged is None or not is_wrong_type(exc):
             raise
         damaged.append(name)
         return set()
 
 
 def _refused(damaged: list[str], name: str, reply: Any) -> Any:
-    """A pipeline reply, or None (``name`` noted) for one Redis refused."""
+    """A pipeline reply, or None (``name`` noted) for a key of the wrong type; any other
+    refusal (an ACL's) is raised."""
     if isinstance(reply, redis.ResponseError):
+        if not is_wrong_type(reply):
+            raise reply
         if name not in damaged:
             damaged.append(name)
         return None

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 import redis
+from redis.utils import HIREDIS_AVAILABLE
 
 from forkq.connection import connect
 from forkq.embedded import server_url
@@ -174,8 +175,9 @@ def _header(options: Options, r: redis.Redis) -> str:
 def _versions(options: Options) -> str:
     """The runtimes and Redis client libraries of the job bodies: their per-command cost is
     part of every drain figure (redis-py's differs by ~50 % between 7.1 and 8.1)."""
+    parser = "used" if HIREDIS_AVAILABLE else "not used"
     line = (f"forkq: python {platform.python_version()}, redis-py {redis.__version__}, "
-            f"hiredis {_distribution_version('hiredis')}")
+            f"hiredis {_distribution_version('hiredis')} ({parser} by redis-py)")
     if options.sidekiq:
         line += f"; sidekiq side: {bench_sidekiq.versions()}"
     return line

@@ -1,13 +1,14 @@
 """The measurements of ``forkq bench``, the same for every system under test
 (:class:`~forkq.tools.bench_systems.System`).
 
-The benchmark job (forkq's in :mod:`forkq.tools.bench`, Sidekiq's in ``ruby/bench_worker.rb``)
-takes ``[n]`` or ``[n, pushed]`` and runs one pipelined ``INCR`` of :data:`DONE` + ``SETBIT``
-of :data:`BITS` bit ``n``; with ``pushed`` it also RPUSHes ``now - pushed`` to
-:data:`LATENCY`. The phases read the end of their work from that counter and that list, never
-from ``stat:processed`` (Sidekiq writes it only every 5 s).
+The benchmark job (forkq's in :mod:`forkq.tools.bench_jobs`, Sidekiq's in
+``ruby/bench_worker.rb``) takes ``[n]`` or ``[n, pushed]`` and runs one pipelined ``INCR`` of
+``DONE`` + ``SETBIT`` of ``BITS`` bit ``n``; with ``pushed`` it also RPUSHes ``now - pushed``
+to ``LATENCY`` (the keys are named in :mod:`~forkq.tools.bench_jobs`). The phases read the
+end of their work from that counter and that list, never from ``stat:processed`` (Sidekiq
+writes it only every 5 s).
 
-Keys: :data:`DONE`, :data:`BITS`, :data:`LATENCY`, :data:`STAGING`, ``queue:<QUEUE>`` (all
+Keys: ``DONE``, ``BITS``, ``LATENCY``, :data:`STAGING`, ``queue:<QUEUE>`` (all
 cleared by :func:`clear`), and ``queues`` (``SADD`` only).
 """
 

@@ -107,9 +107,14 @@ VERSIONS = ('require "sidekiq"; puts "ruby #{RUBY_VERSION}, sidekiq #{Sidekiq::V
 
 def versions() -> str:
     """What the Sidekiq side runs on: ``ruby <v>, sidekiq <v>, redis-rb <v>`` (the client
-    library its job body uses, as redis-py is forkq's)."""
-    found = subprocess.run([_which("ruby"), "-e", VERSIONS], capture_output=True, timeout=60,
-                           stdin=subprocess.DEVNULL, check=False)
+    library its job body uses, as redis-py is forkq's), as the ``ruby`` on PATH loads them
+    (the one :func:`ruby_enqueue` runs; Debian's ``sidekiq`` runs ``/usr/bin/ruby``).
+    ForkqError when it cannot."""
+    try:
+        found = subprocess.run([_which("ruby"), "-e", VERSIONS], capture_output=True,
+                               timeout=60, stdin=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired:
+        raise ForkqError("ruby did not load sidekiq within 60 s") from None
     if found.returncode != 0:
         why = found.stderr.decode(errors="replace")[-500:]
         raise ForkqError(f"ruby could not load sidekiq ({INSTALL}): {why}")

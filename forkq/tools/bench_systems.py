@@ -60,7 +60,7 @@ class ForkqSystem:
     def __init__(self, tmp: str, url: str, concurrency: int,
                  job_class: str = JOB_CLASS) -> None:
         self.label = f"forkq -c{concurrency}"
-        self.job_class = job_class  # what its drains push (forkq.tools.bench registers both)
+        self.job_class = job_class  # what its drains push (forkq.tools.bench_jobs registers both)
         self.workers = concurrency
         self._tmp = tmp
         self._url = url

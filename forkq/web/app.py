@@ -29,6 +29,7 @@ from urllib.parse import unquote
 
 import redis
 
+from forkq.connection import is_wrong_type
 from forkq.errors import ForkqError
 from forkq.web import damage, routes, security, views
 from forkq.web.routes import Request, Response, render
@@ -184,7 +185,7 @@ class WebApp:
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             return self._error(request, 503, f"Redis did not answer: {exc}")
         except redis.ResponseError as exc:
-            if damage.is_wrong_type(exc):
+            if is_wrong_type(exc):
                 return self._wrong_type(request, exc)
             return self._error(request, 500, f"{type(exc).__name__}: {exc}")
         except (redis.RedisError, ForkqError) as exc:

@@ -18,19 +18,14 @@ from typing import TypeVar
 import redis
 
 from forkq import keys
-from forkq.connection import text
+from forkq.connection import is_wrong_type, text
 from forkq.metrics import layout
 from forkq.web.routes import Request
 
 T = TypeVar("T")
 
 #: The fixed keys the pages read, and the type each must have.
-TYPES: Mapping[str, str] = {
-    keys.QUEUES: "set", keys.PROCESSES: "set", keys.PAUSED: "set",
-    keys.STAT_PROCESSED: "string", keys.STAT_FAILED: "string",
-    keys.SCHEDULE: "zset", keys.RETRY: "zset", keys.DEAD: "zset",
-    keys.PERIODIC: "hash", keys.DEAR_LEADER: "string", layout.JOBS: "hash",
-}
+TYPES: Mapping[str, str] = {**keys.TYPES, layout.JOBS: "hash"}
 
 
 def note(request: Request, message: str) -> None:
@@ -63,11 +58,6 @@ def check(request: Request, wanted: Mapping[str, str]) -> list[str]:
 def fixed(request: Request, *names: str) -> list[str]:
     """:func:`check` of fixed keys named in :data:`TYPES`."""
     return check(request, {name: TYPES[name] for name in names})
-
-
-def is_wrong_type(exc: redis.ResponseError) -> bool:
-    """Redis refused because a key holds another type (also a forkq script's refusal)."""
-    return "WRONGTYPE" in str(exc)  # a pipeline's error names its command first
 
 
 def guarded(request: Request, read: Callable[[], T], fallback: T, what: str) -> T:

@@ -1,4 +1,4 @@
-# The Ruby side of `forkq bench --sidekiq`: the same job body as forkq.tools.bench's.
+# The Ruby side of `forkq bench --sidekiq`: the same job body as forkq.tools.bench_jobs'.
 #
 # perform(n, pushed = nil): one pipelined INCR forkq:bench:done + SETBIT forkq:bench:bits n 1
 # (no transaction); with `pushed` (the pusher's clock just before the push, epoch seconds)
