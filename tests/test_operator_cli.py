@@ -324,6 +324,12 @@ def test_refusals_bad_input_and_json_errors(server: EmbeddedServer, r: redis.Red
     listed = json.loads(wrong.stdout)
     assert {q["name"]: q["size"] for q in listed["queues"]} == {"q": 2, "default": 1, "wrong": 0}
     assert listed["damaged"] == ["queue:wrong"]
+    for action in ("jobs", "clear"):  # the one queue: named, and nothing done
+        named = run("queues", action, "wrong")
+        assert (named.returncode, named.stderr) == (1, "forkq: queue 'wrong': key 'queue:wrong' "
+                                                       "holds a string, not a list; nothing "
+                                                       "done\n"), action
+    assert r.get("queue:wrong") == b"not a list" and r.sismember("queues", "wrong")
 
 
 def test_arguments_that_are_not_utf8_exit_65_naming_them(server: EmbeddedServer,

@@ -28,6 +28,7 @@ from forkq.daemon import held_jobs
 from forkq.daemon.children import due_jobs, failures, fetch, orphans, periodic
 from forkq.daemon.children.lease import Lease
 from forkq.embedded import EmbeddedServer
+from forkq.ops.queues import Queue
 from forkq.ops.sorted_sets import RetrySet
 
 from .conftest import push, records, throwaway_server, until
@@ -122,6 +123,17 @@ def test_an_operator_action_into_a_wrong_typed_key_changes_nothing(r: redis.Redi
         getattr(entries, action)(entry)
     _refusal(refused, target, "string")
     assert r.zrange("retry", 0, -1) == [member.encode()]
+
+
+def test_clearing_a_queue_whose_key_holds_another_type_changes_nothing(r: redis.Redis) -> None:
+    """It holds no jobs, and whatever it is stays for whoever wrote it (it was deleted while
+    the clear reported Redis's refusal)."""
+    r.sadd("queues", "b")
+    _wrong(r, "queue:b")
+    with pytest.raises(redis.ResponseError) as refused:
+        Queue(r, "b").clear()
+    _refusal(refused, "queue:b", "string")
+    assert r.get("queue:b") == b"not what forkq expects" and r.sismember("queues", "b")
 
 
 @pytest.mark.parametrize("target", ["queue:default", "dead"])

@@ -587,6 +587,7 @@ def test_failed_logins_are_throttled_per_address_and_sessions_go_on(web: Any) ->
     (keys.PAUSED, "/queues/pause", {"name": "other"}),
     (keys.PAUSED, "/queues/resume", {"name": "other"}),
     (keys.QUEUES, "/queues/clear", {"name": "other"}),
+    ("queue:other", "/queues/clear", {"name": "other"}),
     (keys.PROCESSES, "/busy/quiet", {"all": "1"}),
     (keys.RETRY, "/retries/bulk", {"delete_all": "1"}),
     (keys.RETRY, "/retries/bulk", {"retry": "1", "key": "1700000000-abc"}),

@@ -34,6 +34,7 @@ import redis
 
 from forkq import client as clients
 from forkq import keys
+from forkq.connection import text
 from forkq.errors import (
     EXIT_DATAERR,
     EXIT_FAILURE,
@@ -212,6 +213,10 @@ def queues(client: redis.Redis, args: argparse.Namespace) -> Outcome:
     queue = Queue(client, args.name)
     if args.action in ("pause", "resume"):
         return _pause(queue, args.action)
+    kind = text(client.type(queue.key))
+    if kind not in ("list", "none"):
+        return failed(EXIT_FAILURE, f"queue {queue.name!r}: key {queue.key!r} holds a {kind}, "
+                                    "not a list; nothing done", damaged=[queue.key])
     if not queue.exists():
         known = ", ".join(q.name for q in Queue.all(client)) or "none"
         return failed(EXIT_NOT_FOUND, f"no queue {args.name!r} (known: {known})",

@@ -1,0 +1,15 @@
+-- clear.lua: drop a queue's jobs and unlist it (`forkq queues clear`, the dashboard's Clear).
+--
+-- KEYS[1]  queue:<name>     KEYS[2]  queues
+-- ARGV[1]  the queue's name
+--
+-- A queue key of another type holds no jobs: refused, nothing changed (whatever it is
+-- stays for whoever wrote it). Returns how many jobs were dropped.
+local bad = wrong_type(KEYS[1], "list")
+if bad then
+  return redis.error_reply(bad .. "; queue '" .. ARGV[1] .. "' not cleared")
+end
+local dropped = redis.call("LLEN", KEYS[1])
+redis.call("UNLINK", KEYS[1])
+try("SREM", KEYS[2], ARGV[1])
+return dropped
