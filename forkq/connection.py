@@ -30,7 +30,9 @@ from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import redis
+from redis.backoff import NoBackoff
 from redis.commands.core import Script
+from redis.retry import Retry
 from redis.sentinel import (
     MasterNotFoundError,
     Sentinel,
@@ -66,16 +68,28 @@ def connect(
     ``socket_timeout`` bounds every reply; callers that must never hang (the
     master, heartbeat threads, the application's client) set it. ValueError names what is
     wrong with a bad URL (nothing connects before the first command).
+
+    A command is retried once, at once, after a connection error (:func:`one_retry`: a
+    connection the server closed while idle is reopened); never more, never after a pause.
+    redis-py 8's default, ten tries with growing pauses, held one command ~3 s when Redis was
+    down (minutes through a Sentinel URL, tries inside tries), and the master acted on no
+    signal meanwhile: forkq's own outage handling waits, logs and stays responsive instead.
     """
     resolved = resolve_url(url, embedded_dir=embedded_dir)
     redis_url.check(resolved)
     common: dict[str, Any] = {"protocol": 2, "socket_connect_timeout": connect_timeout,
-                              "socket_timeout": socket_timeout, "decode_responses": False}
+                              "socket_timeout": socket_timeout, "decode_responses": False,
+                              "retry": one_retry()}
     if redis_url.is_sentinel(resolved):
         return _sentinel_master(redis_url.parse_sentinel(resolved), common)
     kind = redis_url.scheme(resolved)
     tcp = {} if kind == "unix" else {"socket_keepalive": True}
     return redis.Redis.from_url(resolved, connection_class=FOLLOWING[kind], **common, **tcp)
+
+
+def one_retry() -> Retry:
+    """The retry policy of every connection forkq makes: one more try, without a pause."""
+    return Retry(NoBackoff(), 1)
 
 
 def _sentinel_master(target: redis_url.SentinelTarget, common: dict[str, Any]) -> redis.Redis:
@@ -89,7 +103,7 @@ def _sentinel_master(target: redis_url.SentinelTarget, common: dict[str, Any]) -
         sentinel_kwargs={"username": target.sentinel_username,
                          "password": target.sentinel_password, "protocol": 2,
                          "socket_connect_timeout": sentinel_wait,
-                         "socket_timeout": sentinel_wait, **tls})
+                         "socket_timeout": sentinel_wait, "retry": one_retry(), **tls})
     connection_class = SentinelSSLMasterConnection if target.tls else SentinelMasterConnection
     client: redis.Redis = sentinels.master_for(  # type: ignore[no-untyped-call]
         target.service, db=target.db, username=target.username, password=target.password,

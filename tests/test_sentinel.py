@@ -11,6 +11,7 @@ how many log lines mention ``READONLY`` (one per process and outage at most: no 
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -156,6 +157,25 @@ def test_a_failover_loses_no_job_redis_kept(daemon: Callable[..., Daemon], tmp_p
         assert len(readonly) <= 2 * processes, "\n".join(readonly)
         assert len(unavailable) <= 2 * processes, "\n".join(unavailable)
         assert "NOPERM" not in log
+
+
+@pytest.mark.timeout(180)
+def test_term_is_acted_on_at_once_while_no_sentinel_answers(daemon: Callable[..., Daemon],
+                                                             tmp_path: Path) -> None:
+    """Sentinels and data nodes all gone: TERM still starts the stop at once, and the master
+    exits by its stop deadline (``timeout`` 5 s, then 10 s more trying to requeue). redis-py's
+    own retries (ten, with pauses, tried inside each other through the sentinels) held one
+    command ~15 s and a stop ~85 s, past systemd's ``TimeoutStopSec``."""
+    with sentinel_group(tmp_path / "redis") as group:
+        d = start_daemon(daemon, group.url)
+        for node in (*group.sentinels, group.master, group.replica):
+            node.kill()
+        until(lambda: "master ERROR: Redis unavailable" in d.log(), 30, d.log)
+        asked = time.monotonic()
+        d.signal(signal.SIGTERM)
+        until(lambda: "Shutting down" in d.log(), 5, lambda: f"TERM not acted on:\n{d.log()}")
+        assert d.wait(timeout=5 + 10 + 10) == 0, d.log()
+        print(f"\nstopped {time.monotonic() - asked:.1f} s after TERM, with no Redis")
 
 
 def test_sentinel_urls_serve_the_daemon_the_cli_and_the_client(
