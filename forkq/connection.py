@@ -95,7 +95,8 @@ def one_retry() -> Retry:
 def _sentinel_master(target: redis_url.SentinelTarget, common: dict[str, Any]) -> redis.Redis:
     """A client of ``target``'s master: its pool asks the sentinels where the master is at
     every connection, and drops idle connections when the answer changes. A sentinel
-    that does not answer within the connect timeout is skipped for the next."""
+    that does not answer within the connect timeout is skipped for the next (its client
+    never retries: the next sentinel is the retry)."""
     tls: dict[str, Any] = {"ssl": True, **target.tls_options} if target.tls else {}
     sentinel_wait = common["socket_connect_timeout"]
     sentinels = Sentinels(  # type: ignore[no-untyped-call]
@@ -103,7 +104,8 @@ def _sentinel_master(target: redis_url.SentinelTarget, common: dict[str, Any]) -
         sentinel_kwargs={"username": target.sentinel_username,
                          "password": target.sentinel_password, "protocol": 2,
                          "socket_connect_timeout": sentinel_wait,
-                         "socket_timeout": sentinel_wait, "retry": one_retry(), **tls})
+                         "socket_timeout": sentinel_wait, "retry": Retry(NoBackoff(), 0),
+                         **tls})
     connection_class = SentinelSSLMasterConnection if target.tls else SentinelMasterConnection
     client: redis.Redis = sentinels.master_for(  # type: ignore[no-untyped-call]
         target.service, db=target.db, username=target.username, password=target.password,
