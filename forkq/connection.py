@@ -44,6 +44,9 @@ from forkq import redis_url
 from forkq.round_trips import exchange
 
 EMBEDDED = "embedded"
+NO_RETRY = Retry(NoBackoff(), 0)
+"""For clients that redis-py would otherwise give ten tries with growing pauses (those built
+with ``redis.Redis(...)``, not from a URL): one try; the caller decides what comes next."""
 SOCKET_NAME = "redis.sock"
 
 
@@ -69,17 +72,15 @@ def connect(
     master, heartbeat threads, the application's client) set it. ValueError names what is
     wrong with a bad URL (nothing connects before the first command).
 
-    A command is retried once, at once, after a connection error (:func:`one_retry`: a
-    connection the server closed while idle is reopened); never more, never after a pause.
-    redis-py 8's default, ten tries with growing pauses, held one command ~3 s when Redis was
-    down (minutes through a Sentinel URL, tries inside tries), and the master acted on no
-    signal meanwhile: forkq's own outage handling waits, logs and stays responsive instead.
+    A command is tried once (redis-py's default for a client built from a URL): a connection
+    error reaches the caller at once, and forkq's own outage handling waits, logs and stays
+    responsive to signals (a connection the server closed while idle is replaced by the
+    pool's check before its next use).
     """
     resolved = resolve_url(url, embedded_dir=embedded_dir)
     redis_url.check(resolved)
     common: dict[str, Any] = {"protocol": 2, "socket_connect_timeout": connect_timeout,
-                              "socket_timeout": socket_timeout, "decode_responses": False,
-                              "retry": one_retry()}
+                              "socket_timeout": socket_timeout, "decode_responses": False}
     if redis_url.is_sentinel(resolved):
         return _sentinel_master(redis_url.parse_sentinel(resolved), common)
     kind = redis_url.scheme(resolved)
@@ -87,16 +88,14 @@ def connect(
     return redis.Redis.from_url(resolved, connection_class=FOLLOWING[kind], **common, **tcp)
 
 
-def one_retry() -> Retry:
-    """The retry policy of every connection forkq makes: one more try, without a pause."""
-    return Retry(NoBackoff(), 1)
-
-
 def _sentinel_master(target: redis_url.SentinelTarget, common: dict[str, Any]) -> redis.Redis:
     """A client of ``target``'s master: its pool asks the sentinels where the master is at
     every connection, and drops idle connections when the answer changes. A sentinel
-    that does not answer within the connect timeout is skipped for the next (its client
-    never retries: the next sentinel is the retry)."""
+    that does not answer within the connect timeout is skipped for the next: a sentinel's
+    client never retries (:data:`NO_RETRY`), the next sentinel is the retry. (redis-py gives
+    those clients ten tries with growing pauses: with every sentinel gone, one command of
+    the master waited ~15 s, a TERM as long, and the stop took ~85 s, past systemd's
+    ``TimeoutStopSec``.)"""
     tls: dict[str, Any] = {"ssl": True, **target.tls_options} if target.tls else {}
     sentinel_wait = common["socket_connect_timeout"]
     sentinels = Sentinels(  # type: ignore[no-untyped-call]
@@ -104,8 +103,7 @@ def _sentinel_master(target: redis_url.SentinelTarget, common: dict[str, Any]) -
         sentinel_kwargs={"username": target.sentinel_username,
                          "password": target.sentinel_password, "protocol": 2,
                          "socket_connect_timeout": sentinel_wait,
-                         "socket_timeout": sentinel_wait, "retry": Retry(NoBackoff(), 0),
-                         **tls})
+                         "socket_timeout": sentinel_wait, "retry": NO_RETRY, **tls})
     connection_class = SentinelSSLMasterConnection if target.tls else SentinelMasterConnection
     client: redis.Redis = sentinels.master_for(  # type: ignore[no-untyped-call]
         target.service, db=target.db, username=target.username, password=target.password,

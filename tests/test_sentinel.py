@@ -164,8 +164,8 @@ def test_term_is_acted_on_at_once_while_no_sentinel_answers(daemon: Callable[...
                                                              tmp_path: Path) -> None:
     """Sentinels and data nodes all gone: TERM still starts the stop at once, and the master
     exits by its stop deadline (``timeout`` 5 s, then 10 s more trying to requeue). redis-py's
-    own retries (ten, with pauses, tried inside each other through the sentinels) held one
-    command ~15 s and a stop ~85 s, past systemd's ``TimeoutStopSec``."""
+    sentinel clients' own retries (ten, with growing pauses, for each sentinel in each
+    discovery) held one command ~15 s and a stop ~85 s, past systemd's ``TimeoutStopSec``."""
     with sentinel_group(tmp_path / "redis") as group:
         d = start_daemon(daemon, group.url)
         for node in (*group.sentinels, group.master, group.replica):

@@ -4,7 +4,8 @@ pause and resume).
 Same keys and semantics as Sidekiq's ``Sidekiq::Queue`` (api.rb): the names in
 ``queues``, jobs in ``queue:<name>`` with the oldest at the right end. Latency is
 now minus the oldest job's ``enqueued_at``. Deleting matches the raw bytes
-(``LREM 1``); clearing unlinks the list and leaves ``queues`` in one MULTI. Pausing is
+(``LREM 1``); clearing unlinks the list and leaves ``queues`` in one step (``clear.lua``),
+but, unlike Sidekiq's, refuses a queue key of another type than a list. Pausing is
 forkq's own (``forkq:paused``, read by every forkq processor's fetch); Sidekiq processes
 sharing the server do not know it.
 """

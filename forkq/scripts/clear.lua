@@ -4,7 +4,8 @@
 -- ARGV[1]  the queue's name
 --
 -- A queue key of another type holds no jobs: refused, nothing changed (whatever it is
--- stays for whoever wrote it). Returns how many jobs were dropped.
+-- stays for whoever wrote it). Returns how many jobs were dropped. A `queues` of another
+-- type than a set does not stop the clear: the jobs are dropped, `queues` is left as it is.
 local bad = wrong_type(KEYS[1], "list")
 if bad then
   return redis.error_reply(bad .. "; queue '" .. ARGV[1] .. "' not cleared")
