@@ -50,7 +50,7 @@ from forkq.ops.processes import ProcessSet, Work
 from forkq.ops.queues import Queue
 from forkq.ops.records import SortedEntry
 from forkq.ops.sorted_sets import SETS, JobSet
-from forkq.ops.stats import Stats, describe_damage
+from forkq.ops.stats import Stats, describe_damage, holds
 
 
 @dataclass
@@ -215,8 +215,8 @@ def queues(client: redis.Redis, args: argparse.Namespace) -> Outcome:
         return _pause(queue, args.action)
     kind = text(client.type(queue.key))
     if kind not in ("list", "none"):
-        return failed(EXIT_FAILURE, f"queue {queue.name!r}: key {queue.key!r} holds a {kind}, "
-                                    "not a list; nothing done", damaged=[queue.key])
+        return failed(EXIT_FAILURE, f"queue {queue.name!r}: {holds(queue.key, kind, 'list')}; "
+                                    "nothing done", damaged=[queue.key])
     if not queue.exists():
         known = ", ".join(q.name for q in Queue.all(client)) or "none"
         return failed(EXIT_NOT_FOUND, f"no queue {args.name!r} (known: {known})",

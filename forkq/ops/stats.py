@@ -107,6 +107,11 @@ def describe_damage(client: redis.Redis, name: str) -> str:
     if kind in ("none", expected):
         now = "is gone now" if kind == "none" else "is one now"
         return f"key {name!r} was not a {expected} when it was read (it {now})"
+    return holds(name, kind, expected)
+
+
+def holds(name: str, kind: str, expected: str) -> str:
+    """``key 'queue:b' holds a string, not a list``: the words for a key of the wrong type."""
     return f"key {name!r} holds a {kind}, not a {expected}"
 
 
