@@ -24,6 +24,7 @@ reuse a connection across a pid change.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Iterator
@@ -40,7 +41,7 @@ from redis.sentinel import (
     SentinelManagedSSLConnection,
 )
 
-from forkq import redis_url
+from forkq import __version__, redis_url
 from forkq.round_trips import exchange
 
 EMBEDDED = "embedded"
@@ -80,12 +81,29 @@ def connect(
     resolved = resolve_url(url, embedded_dir=embedded_dir)
     redis_url.check(resolved)
     common: dict[str, Any] = {"protocol": 2, "socket_connect_timeout": connect_timeout,
-                              "socket_timeout": socket_timeout, "decode_responses": False}
+                              "socket_timeout": socket_timeout, "decode_responses": False,
+                              **identified()}
     if redis_url.is_sentinel(resolved):
         return _sentinel_master(redis_url.parse_sentinel(resolved), common)
     kind = redis_url.scheme(resolved)
     tcp = {} if kind == "unix" else {"socket_keepalive": True}
     return redis.Redis.from_url(resolved, connection_class=FOLLOWING[kind], **common, **tcp)
+
+
+@functools.cache
+def identified() -> dict[str, Any]:
+    """The connection setting that names forkq to the server: ``CLIENT LIST`` shows
+    ``lib-name=redis-py(forkq_v0.1.0)`` (redis-py 8's ``driver_info``; {} with a redis-py
+    without it, which names itself alone).
+
+    Built once per process, and before the children fork: a redis-py 8 connection built
+    without it reads redis-py's version from the installed package's metadata (a file read
+    and a parse, ~1 ms) every time one is created — several per processor child at boot."""
+    try:
+        from redis.driver_info import DriverInfo
+    except ImportError:  # redis-py before 7.2
+        return {}
+    return {"driver_info": DriverInfo().add_upstream_driver("forkq", __version__)}
 
 
 def _sentinel_master(target: redis_url.SentinelTarget, common: dict[str, Any]) -> redis.Redis:
@@ -103,7 +121,8 @@ def _sentinel_master(target: redis_url.SentinelTarget, common: dict[str, Any]) -
         sentinel_kwargs={"username": target.sentinel_username,
                          "password": target.sentinel_password, "protocol": 2,
                          "socket_connect_timeout": sentinel_wait,
-                         "socket_timeout": sentinel_wait, "retry": NO_RETRY, **tls})
+                         "socket_timeout": sentinel_wait, "retry": NO_RETRY, **identified(),
+                         **tls})
     connection_class = SentinelSSLMasterConnection if target.tls else SentinelMasterConnection
     client: redis.Redis = sentinels.master_for(  # type: ignore[no-untyped-call]
         target.service, db=target.db, username=target.username, password=target.password,

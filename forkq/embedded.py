@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import redis
 
-from forkq.connection import NO_RETRY, SOCKET_NAME
+from forkq.connection import NO_RETRY, SOCKET_NAME, identified
 from forkq.errors import ForkqError
 from forkq.subprocesses import terminate
 
@@ -120,7 +120,7 @@ def _answers(socket_path: str) -> bool:
     if not os.path.exists(socket_path):
         return False
     client = redis.Redis(unix_socket_path=socket_path, socket_connect_timeout=0.5,
-                         socket_timeout=0.5, retry=NO_RETRY)
+                         socket_timeout=0.5, retry=NO_RETRY, **identified())
     try:
         return bool(client.ping())
     except redis.RedisError:

@@ -15,7 +15,10 @@ from typing import Any
 import pytest
 import redis
 
+from forkq import __version__
 from forkq.client import Client
+from forkq.connection import identified
+from forkq.embedded import EmbeddedServer, find_binary
 
 from .conftest import elapsed_since, holding, records, until
 
@@ -199,6 +202,29 @@ def test_an_idle_daemon_stops_within_a_second(r: redis.Redis, daemon: Any) -> No
     d.signal(signal.SIGTERM)
     assert d.wait(5) == 0
     assert elapsed_since(start) < 1.0
+
+
+def test_every_connection_of_the_daemon_names_forkq(daemon: Any, tmp_path: Path) -> None:
+    """CLIENT LIST's ``lib-name`` (CLIENT SETINFO: Redis 7.2, Valkey; the session's
+    server may be older, so a Valkey of its own)."""
+    valkey = EmbeddedServer(str(tmp_path / "valkey"), persistent=False, binary=find_binary())
+    valkey.start()
+    try:
+        v = redis.Redis(unix_socket_path=valkey.socket, protocol=2)
+        d = daemon("concurrency: 2\nrequire: jobs\nlog_level: warning\n",
+                   redis_url=f"unix://{valkey.socket}")
+        until(lambda: int(v.info("clients")["blocked_clients"]) == 2, 15,
+              "the idle children are not waiting in Redis")
+        named = f"redis-py(forkq_v{__version__})" if identified() else "redis-py"
+        me = v.client_id()
+        theirs = [c for c in v.client_list() if int(c["id"]) != me]
+        v.close()
+        assert d.stop() == 0
+    finally:
+        valkey.stop()  # after the daemon: its stop needs the server
+    # the master's store and cancel watch; each child's client, fetch, wait and heartbeat
+    assert len(theirs) >= 2 + 2 * 4, theirs
+    assert {c["lib-name"] for c in theirs} == {named}, theirs
 
 
 def test_payloads_never_import_or_call_by_name(r: redis.Redis, daemon: Any,

@@ -10,11 +10,12 @@ import signal
 import threading
 import zlib
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import redis.utils
 
-from forkq import keys, wirejson
+from forkq import keys, scripts, wirejson
 from forkq import payload as job
 from forkq.daemon.children import failures, fetch, lanes
 from forkq.daemon.children.batch_size import BatchSize
@@ -57,6 +58,18 @@ def test_non_json_arguments_are_refused_with_their_path() -> None:
 def test_redis_py_parses_replies_with_hiredis() -> None:
     """hiredis is one of forkq's dependencies: redis-py uses its C parser."""
     assert redis.utils.HIREDIS_AVAILABLE
+
+
+def test_preload_reads_every_script_once_for_the_children_to_inherit() -> None:
+    folder = Path(scripts.__file__).parent
+    names = sorted(p.stem for p in folder.glob("*.lua") if p.stem != "guard")
+    scripts.source.cache_clear()
+    scripts.preload()
+    assert scripts.source.cache_info().currsize == len(names) > 10
+    for name in names:
+        assert scripts.source(name) == (folder / "guard.lua").read_text() + (
+            folder / f"{name}.lua").read_text()
+    assert scripts.source.cache_info().misses == len(names)  # no file read again
 
 
 def test_epoch_timestamps_stay_decimal() -> None:

@@ -21,6 +21,15 @@ def source(name: str) -> str:
     return _read("guard") + _read(name)
 
 
+def preload() -> None:
+    """Read every script's text into :func:`source`'s cache: the master does it before it
+    forks, so its children find the texts in memory instead of each reading the files."""
+    for entry in resources.files(__name__).iterdir():
+        name, dot, extension = entry.name.rpartition(".")
+        if dot and extension == "lua" and name != "guard":
+            source(name)
+
+
 def _read(name: str) -> str:
     return resources.files(__name__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
 

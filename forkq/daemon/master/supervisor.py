@@ -39,7 +39,7 @@ from typing import Final, TypeVar
 import psutil
 import redis
 
-from forkq import __version__, cron, keys
+from forkq import __version__, cron, keys, scripts
 from forkq.config import Config
 from forkq.connection import EMBEDDED, connect
 from forkq.daemon import logs
@@ -146,6 +146,7 @@ class Supervisor:
         if self.config.pid_file:  # now that a signal sent to the pid it names is handled
             pidfile.write(self.config.pid_file, os.getpid())
         self._start_embedded()
+        scripts.preload()  # once here, not in every child
         self.store = self._effects.store or self._connect()
         processes = self._effects.processes
         self.pool = Pool(self.config, store=self.store, identity=self.identity,
