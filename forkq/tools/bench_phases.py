@@ -140,21 +140,25 @@ def _ms_per_job(seconds: float, jobs: int) -> float:
     return seconds * 1000 / jobs
 
 
-def idle_latency(r: redis.Redis, system: System, samples: int) -> list[float]:
+def idle_latency(r: redis.Redis, url: str, system: System, samples: int) -> list[float]:
     """Job start minus push time, in ms, of ``samples`` single pushes to the idle system,
-    each waited for, 2-5 ms apart."""
+    each waited for, 2-5 ms apart. The pushes go through forkq's client built from ``url``,
+    as ``forkq.push`` builds its own (and as :func:`python_enqueue` times it)."""
     clear(r)
-    client = clients.Client(r)
-    values: list[float] = []
-    for n in range(samples):
-        client.push({"class": system.job_class, "args": [n, time.time()], "queue": QUEUE,
-                     "retry": False})
-        reply = r.blpop([LATENCY], timeout=10)
-        if reply is None:
-            raise ForkqError(f"{system.label}: a latency job did not run within 10 s")
-        values.append(float(reply[1]) * 1000)
-        time.sleep(random.uniform(0.002, 0.005))
-    return values
+    client = clients.Client(url=url)
+    try:
+        values: list[float] = []
+        for n in range(samples):
+            client.push({"class": system.job_class, "args": [n, time.time()], "queue": QUEUE,
+                         "retry": False})
+            reply = r.blpop([LATENCY], timeout=10)
+            if reply is None:
+                raise ForkqError(f"{system.label}: a latency job did not run within 10 s")
+            values.append(float(reply[1]) * 1000)
+            time.sleep(random.uniform(0.002, 0.005))
+        return values
+    finally:
+        client.redis.close()
 
 
 def percentiles(values: list[float]) -> tuple[float, float]:
