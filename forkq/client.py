@@ -100,6 +100,15 @@ class Client:
         self.redis = redis_client
         self.middleware: ClientChain = middleware if middleware is not None else CLIENT
 
+    @classmethod
+    def keeping(cls, redis_client: redis.Redis) -> Client:
+        """A client on ``redis_client`` whose pool forkq built (no limit), keeping the
+        connections its pushes used as a client built from a URL does: a processor's
+        client, for the jobs its jobs push (a checkout per push costs ~20 µs more)."""
+        client = cls(redis_client)
+        client._kept = KeptConnections(redis_client)
+        return client
+
     def push(self, item: Mapping[str, Any]) -> str | None:
         """Push one job. ``item`` has ``class`` and ``args``, optionally ``queue``, ``retry``,
         ``at``, ``jid`` and any other key (kept in the payload). Returns the jid, or None

@@ -30,6 +30,14 @@ class Record(Job, name="Record"):
         _note("test:ran", jid=self.jid, queue=queue, args=list(args), pid=os.getpid())
 
 
+class FanOut(Job, name="FanOut"):
+    """Pushes ``count`` Record jobs, one by one, with the processor's own client."""
+
+    def perform(self, count: int) -> None:
+        for n in range(count):
+            Record.perform_async("fanned", n)
+
+
 class StrictProbe(Job, name="StrictProbe"):
     """Records how many jobs the higher-priority queues still held when it started."""
 

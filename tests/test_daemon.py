@@ -227,6 +227,20 @@ def test_every_connection_of_the_daemon_names_forkq(daemon: Any, tmp_path: Path)
     assert {c["lib-name"] for c in theirs} == {named}, theirs
 
 
+def test_jobs_pushed_by_jobs_run_once_over_a_few_connections(r: redis.Redis,
+                                                             daemon: Any) -> None:
+    daemon("concurrency: 2\nrequire: jobs\nlog_level: warning\n")
+    until(lambda: int(r.info("clients")["blocked_clients"]) == 2, 15)
+    connected = int(r.info("stats")["total_connections_received"])
+    Client(r).push_bulk({"class": "FanOut", "args": [[100], [100]]})
+    until(lambda: r.llen("test:ran") == 200, 30)
+    ran = [json.loads(entry) for entry in r.lrange("test:ran", 0, -1)]
+    assert sorted(job["args"][1] for job in ran) == sorted(list(range(100)) * 2)
+    assert len({job["jid"] for job in ran}) == 200
+    # the processor's client pushes on a connection it keeps: a few, not one per push
+    assert int(r.info("stats")["total_connections_received"]) - connected <= 8
+
+
 def test_payloads_never_import_or_call_by_name(r: redis.Redis, daemon: Any,
                                                tmp_path: Path) -> None:
     proof = tmp_path / "pwned"

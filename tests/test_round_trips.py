@@ -12,6 +12,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -50,9 +51,14 @@ def named(r: redis.Redis, name: str) -> list[int]:
     return [int(c["id"]) for c in r.client_list(_type="normal") if c.get("name") == name]
 
 
+@pytest.mark.parametrize("built", ["from a URL", "keeping a forkq-built client"])
 def test_threads_pushing_at_once_keep_one_connection_each_and_every_job_lands(
-        url: str, name: str, r: redis.Redis) -> None:
-    client = clients.Client(url=url)
+        url: str, name: str, r: redis.Redis, built: str) -> None:
+    if built == "from a URL":
+        client = clients.Client(url=url)
+    else:  # a processor's client (forkq.daemon.child_process.setup)
+        client = clients.Client.keeping(connect(url, socket_timeout=5))
+    checkouts = _count_checkouts(client.redis.connection_pool)
     threads, pushes = 8, 200
     start = threading.Barrier(threads)
     jids: list[list[str | None]] = [[] for _ in range(threads)]
@@ -71,8 +77,22 @@ def test_threads_pushing_at_once_keep_one_connection_each_and_every_job_lands(
         assert len(set(every)) == threads * pushes and None not in every
         assert r.llen("queue:default") == threads * pushes
         assert 1 <= len(named(r, name)) <= threads
+        assert 1 <= len(checkouts) <= threads  # not one per push
     finally:
         client.redis.close()
+
+
+def _count_checkouts(pool: redis.ConnectionPool) -> list[None]:
+    """A list that grows by one at each connection checked out of ``pool`` from now on."""
+    calls: list[None] = []
+    get_connection = pool.get_connection
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(None)
+        return get_connection(*args, **kwargs)
+
+    pool.get_connection = counted  # type: ignore[method-assign]
+    return calls
 
 
 def test_close_closes_the_kept_connections_and_the_next_push_reconnects(

@@ -206,7 +206,7 @@ def setup(config: Config, *, identity: str, role: str, state: str,
     pipe = child_signals()
     client = connect(config.redis_url, embedded_dir=config.embedded_dir,
                      socket_timeout=socket_timeout)
-    clients.configure(clients.Client(client))
+    clients.configure(clients.Client.keeping(client))
     set_title(config, role, state)
     return Basics(master_pid, pipe, client, start_beat(config, identity, master_pid))
 
