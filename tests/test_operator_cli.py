@@ -428,3 +428,22 @@ def test_enqueue_takes_a_registered_jobs_options_from_the_app(
     forced = run_forkq("enqueue", "-C", str(config), "RubyOnly", "1", "-q", "ruby", "--force")
     assert forced.returncode == 0 and "pushed anyway (--force)" in forced.stderr
     assert json.loads(r.lindex("queue:ruby", 0) or b"")["args"] == [1]
+
+
+def test_names_and_messages_from_redis_reach_the_terminal_escaped(server: EmbeddedServer,
+                                                                  r: redis.Redis) -> None:
+    """Any client can write a queue name, a jid or an error message: printed raw, an escape
+    sequence would act on the operator's terminal and a newline would forge a row."""
+    evil = "evil\x1b[2J\x9b31m\r\nok  99  0.00s"
+    r.sadd("queues", evil)
+    r.lpush(f"queue:{evil}", "job")
+    entry = {"class": f"C{evil}", "args": [], "jid": f"j{evil}", "queue": "default",
+             "error_class": "E", "error_message": f"m{evil}", "failed_at": time.time()}
+    r.zadd("dead", {json.dumps(entry): time.time()})
+    shown = "evil\\x1b[2J\\x9b31m\\r\\nok  99  0.00s"
+    for args in (["queues"], ["status"], ["dead"], ["queues", "clear", "evil"]):
+        done = run_forkq(*args, "--redis-url", server.url, timeout=30)
+        output = done.stdout + done.stderr
+        assert not set("\x1b\x9b\r") & set(output), (args, output)
+        assert not [line for line in output.splitlines() if line.startswith("ok ")], args
+        assert shown in output, (args, output)

@@ -267,3 +267,20 @@ def test_hostile_entries_in_the_beats_hash_do_not_stop_the_master(r: redis.Redis
     until(lambda: {row["jid"] for row in records(r)} >= set(good), 15, d.log())
     assert d.alive() and {child.pid for child in d.children()} == children
     assert "Traceback" not in d.log()
+
+
+def test_hostile_jids_classes_and_messages_cannot_forge_a_log_line(r: redis.Redis,
+                                                                   daemon: Any) -> None:
+    d = daemon(CONFIG)
+    d.wait_children(2)
+    forged = "\n2026-11-26T00:00:00.000Z pid=1 master ERROR: forged\x1b[2J\r"
+    for job, args in (("Record", []), ("Boom", [f"message{forged}"]), (f"Nope{forged}", [])):
+        r.lpush("queue:default", json.dumps({"class": job, "args": args, "jid": f"j{forged}",
+                                             "queue": "default", "retry": False}))
+    until(lambda: r.zcard("dead") == 1 and len(records(r)) == 1
+          and "fail" in d.log() and "unknown job" in d.log(), 15, d.log())
+    log = d.log()
+    assert "\x1b" not in log and "\r" not in log
+    assert not [line for line in log.splitlines() if line.startswith("2026-11-26T00:00:00")]
+    assert log.count("\\n2026-11-26T00:00:00.000Z pid=1 master ERROR: forged\\x1b[2J\\r") >= 4
+    assert d.alive() and len(d.children()) == 2

@@ -14,6 +14,7 @@ from forkq.daemon import logs
 from forkq.daemon.master.supervisor import STALL_SLACK, overslept
 from forkq.daemon.refusal import Recurring, describe, is_refusal
 from forkq.ops import processes
+from forkq.printable import printable
 
 
 def test_a_turn_more_than_the_slack_late_is_a_stall() -> None:
@@ -106,3 +107,39 @@ def test_a_hostile_process_record_reads_as_empty() -> None:
     record = processes.Process.from_hash("host:1:abc", values, leader="")
     assert record.info == {} and record.busy == 0
     assert processes._work("host:1:abc", "t", deep.encode()) is None
+
+
+FORGED = "x\n2026-11-26T00:00:00.000Z pid=1 master ERROR: forged\x1b[2J\x9b31m\r\t"
+
+
+def test_control_characters_become_visible_escapes_and_other_text_stays() -> None:
+    assert printable(FORGED) == ("x\\n2026-11-26T00:00:00.000Z pid=1 master ERROR: "
+                                 "forged\\x1b[2J\\x9b31m\\r\\t")
+    assert printable("a\nb\x1b", lines=True) == "a\nb\\x1b"
+    assert printable("queue:café 日本 \x7f") == "queue:café 日本 \\x7f"
+    plain = "queue:default"
+    assert printable(plain) is plain
+
+
+def test_a_log_line_from_hostile_data_stays_one_line_and_a_traceback_keeps_its_frames(
+        tmp_path: Path, root_handlers: None) -> None:
+    path = tmp_path / "forkq.log"
+    logs.configure("info", str(path))
+    log = logging.getLogger("t")
+    log.info("Record jid=%s start", FORGED)
+    try:
+        raise ValueError(f"bad value {FORGED}")
+    except ValueError:
+        log.exception("Boom jid=%s fail", "j1")
+    log.warning("TTIN: %s\n%s", printable(FORGED), "  File x\n    code", extra=logs.MULTILINE)
+    text = path.read_text()
+    assert "\x1b" not in text and "\x9b" not in text and "\r" not in text
+    lines = text.splitlines()
+    assert [line for line in lines if "forged" in line and "pid=1" in line] == [
+        line for line in lines if "\\n2026-11-26T00:00:00.000Z pid=1" in line]  # none forged
+    assert lines[1].endswith("fail") and lines[2] == "Traceback (most recent call last):"
+    assert lines[3].startswith('  File "') and lines[4].startswith("    raise ValueError")
+    assert lines[5].startswith("ValueError: bad value x\\n2026-11-26") and len(lines) == 9
+    assert lines[6].endswith("TTIN: x\\n2026-11-26T00:00:00.000Z pid=1 master ERROR: "
+                             "forged\\x1b[2J\\x9b31m\\r\\t")
+    assert lines[7:] == ["  File x", "    code"]

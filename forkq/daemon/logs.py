@@ -4,6 +4,14 @@ Format: ``2026-11-21T06:27:00.123Z pid=4242 processor-1 INFO: message``. Under
 journald (``JOURNAL_STREAM`` set) the timestamp is left out, as journald adds
 its own. The role is per process: ``master``, ``processor-<slot>``. With a log
 file, every process appends to it; USR2 makes each reopen it (:func:`reopen`).
+
+One line per event whatever the data: a message's control characters are escaped
+(:mod:`forkq.printable`), so a jid, a class name or an error message written into Redis by
+any client cannot forge a line or send a terminal escape sequence. A traceback follows its
+event's line as Python writes it, with the same escapes, except for the newlines that
+separate its own lines; in its exception's message, newlines are escaped too. A message
+logged with ``extra=MULTILINE`` (TTIN's stack dumps, whose data parts are escaped by the
+caller) keeps its newlines.
 """
 
 from __future__ import annotations
@@ -14,8 +22,10 @@ import sys
 import time
 import traceback
 from types import FrameType
+from typing import Any
 
 from forkq.errors import ConfigError
+from forkq.printable import printable
 
 _role = "master"
 
@@ -26,10 +36,38 @@ class _RoleFilter(logging.Filter):
         return True
 
 
+MULTILINE = {"multiline": True}
+"""``extra=`` of a message whose newlines are its own (its data escaped by the caller)."""
+
+_FRAMES = ("Traceback ", "  ", "\nThe above exception", "\nDuring handling")
+"""How the chunks of a formatted traceback that are not an exception's message begin."""
+
+
 class _Formatter(logging.Formatter):
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         return f"{stamp}.{int(record.msecs):03d}Z"
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802
+        record.message = printable(record.message,
+                                   lines=bool(getattr(record, "multiline", False)))
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802
+        return "".join(map(_chunk, traceback.TracebackException(
+            ei[0], ei[1], ei[2], compact=True).format())).rstrip("\n")
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802
+        return printable(stack_info, lines=True)
+
+
+def _chunk(text: str) -> str:
+    """One chunk of a formatted traceback, escaped: a frame or a header keeps its newlines;
+    an exception's message (``ValueError: ...``, a note) keeps only its last one."""
+    if text.startswith(_FRAMES):
+        return printable(text, lines=True)
+    body, newline = (text[:-1], "\n") if text.endswith("\n") else (text, "")
+    return printable(body) + newline
 
 
 def configure(level: str = "info", path: str = "") -> None:
@@ -94,7 +132,8 @@ def _swap_stream(handler: logging.FileHandler) -> bool:
 
 
 def stack(frame: FrameType | None) -> str:
-    """A thread's stack, outermost call first, as indented lines (for TTIN dumps)."""
+    """A thread's stack, outermost call first, as indented lines (for TTIN dumps; control
+    characters other than the newlines escaped)."""
     if frame is None:
         return "    (no frame)"
-    return "".join(traceback.format_stack(frame)).rstrip("\n")
+    return printable("".join(traceback.format_stack(frame)).rstrip("\n"), lines=True)

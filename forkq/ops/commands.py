@@ -51,6 +51,7 @@ from forkq.ops.queues import Queue
 from forkq.ops.records import SortedEntry
 from forkq.ops.sorted_sets import SETS, JobSet
 from forkq.ops.stats import Stats, describe_damage, holds
+from forkq.printable import printable
 
 
 @dataclass
@@ -218,7 +219,7 @@ def queues(client: redis.Redis, args: argparse.Namespace) -> Outcome:
         return failed(EXIT_FAILURE, f"queue {queue.name!r}: {holds(queue.key, kind, 'list')}; "
                                     "nothing done", damaged=[queue.key])
     if not queue.exists():
-        known = ", ".join(q.name for q in Queue.all(client)) or "none"
+        known = ", ".join(printable(q.name) for q in Queue.all(client)) or "none"
         return failed(EXIT_NOT_FOUND, f"no queue {args.name!r} (known: {known})",
                       missing=[args.name])
     if args.action == "clear":
@@ -449,11 +450,14 @@ def command(name: str) -> Command:
 
 
 def emit(outcome: Outcome, *, as_json: bool) -> int:
-    """Print ``outcome`` (JSON or text on stdout, errors on stderr); its exit status."""
+    """Print ``outcome`` (JSON or text on stdout, errors on stderr); its exit status. Text
+    reaches the terminal with its control characters escaped but for its newlines (what it
+    shows may come from any client that writes to Redis; table cells and names in
+    one-line messages have their newlines escaped too)."""
     if as_json:
         print(json.dumps(outcome.data, ensure_ascii=False, allow_nan=False))
     elif outcome.text:
-        print(outcome.text)
+        print(printable(outcome.text, lines=True))
     for error in outcome.errors:
-        print(f"forkq: {error}", file=sys.stderr)
+        print(f"forkq: {printable(error, lines=True)}", file=sys.stderr)
     return outcome.code

@@ -28,6 +28,7 @@ from forkq import keys
 from forkq.connection import raw, text
 from forkq.errors import ForkqError, NotFoundError
 from forkq.ops.records import finite
+from forkq.printable import printable
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +218,7 @@ class ProcessSet:
         matches = exact or [p for p in processes if wanted and p.identity.startswith(wanted + ":")]
         if len(matches) == 1:
             return matches[0]
-        known = ", ".join(p.identity for p in processes) or "none"
+        known = ", ".join(printable(p.identity) for p in processes) or "none"
         if matches:
             raise NotFoundError(f"{wanted!r} matches {len(matches)} processes: "
                                 f"{', '.join(p.identity for p in matches)}")

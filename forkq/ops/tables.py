@@ -1,4 +1,7 @@
-"""Plain-text tables and figures for the operator's CLI. Pure functions, no I/O."""
+"""Plain-text tables and figures for the operator's CLI. Pure functions, no I/O.
+
+A cell shows its control characters escaped (:mod:`forkq.printable`): a queue name or a jid
+read from Redis cannot break a row or send a terminal escape sequence."""
 
 from __future__ import annotations
 
@@ -6,10 +9,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from forkq.printable import printable
+
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Left-aligned columns two spaces apart, headers first; "(none)" under them when empty."""
-    cells = [[str(h) for h in headers], *[["" if c is None else str(c) for c in r] for r in rows]]
+    cells = [[str(h) for h in headers],
+             *[["" if c is None else printable(str(c)) for c in r] for r in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
              for row in cells]

@@ -60,6 +60,7 @@ from forkq import keys
 from forkq.daemon import logs, pipes, process_proof
 from forkq.errors import EXIT_ORPHANED
 from forkq.metrics import recorder
+from forkq.printable import printable
 from forkq.scripts import script
 
 log = logging.getLogger(__name__)
@@ -229,6 +230,8 @@ class BeatThread:
         frames = sys._current_frames()
         if self.lanes is not None:
             for doing, thread in self.lanes():
-                log.warning("TTIN: %s\n%s", doing, logs.stack(frames.get(thread)))
+                log.warning("TTIN: %s\n%s", printable(doing), logs.stack(frames.get(thread)),
+                            extra=logs.MULTILINE)
             return
-        log.warning("TTIN: %s\n%s", doing, logs.stack(frames.get(self._main or 0)))
+        log.warning("TTIN: %s\n%s", printable(doing), logs.stack(frames.get(self._main or 0)),
+                    extra=logs.MULTILINE)

@@ -292,7 +292,8 @@ class Supervisor:
     def on_dump(self) -> None:
         """TTIN: log the master's stack and ask every child for its own."""
         for thread_id, frame in sys._current_frames().items():
-            log.warning("TTIN: master thread %d\n%s", thread_id, logs.stack(frame))
+            log.warning("TTIN: master thread %d\n%s", thread_id, logs.stack(frame),
+                        extra=logs.MULTILINE)
         log.warning("TTIN: asking %d processors for their stacks", len(self.pool.children))
         self.pool.signal_all(signal.SIGTTIN)
         self.scheduler.signal(signal.SIGTTIN)
