@@ -269,16 +269,21 @@ def test_hostile_entries_in_the_beats_hash_do_not_stop_the_master(r: redis.Redis
     assert "Traceback" not in d.log()
 
 
-def test_hostile_jids_classes_and_messages_cannot_forge_a_log_line(r: redis.Redis,
-                                                                   daemon: Any) -> None:
+def test_hostile_jids_classes_and_messages_cannot_forge_a_log_line_or_a_title(
+        r: redis.Redis, daemon: Any) -> None:
     d = daemon(CONFIG)
     d.wait_children(2)
     forged = "\n2026-11-26T00:00:00.000Z pid=1 master ERROR: forged\x1b[2J\r"
-    for job, args in (("Record", []), ("Boom", [f"message{forged}"]), (f"Nope{forged}", [])):
+    for job, args in (("Record", []), ("Boom", [f"message{forged}"]), (f"Nope{forged}", []),
+                      ("Sleep", [5, "m"])):
         r.lpush("queue:default", json.dumps({"class": job, "args": args, "jid": f"j{forged}",
                                              "queue": "default", "retry": False}))
-    until(lambda: r.zcard("dead") == 1 and len(records(r)) == 1
+    until(lambda: r.zcard("dead") == 1 and len(records(r)) >= 1
           and "fail" in d.log() and "unknown job" in d.log(), 15, d.log())
+    # a running job's class and jid are in its process title, beat after beat (2 s)
+    titled = "busy Sleep jid=j\\n2026-11-26T00:00:00.000Z pid=1 master ERROR: forged\\x1b[2J\\r"
+    until(lambda: any(titled in " ".join(kid.cmdline()) for kid in d.children()), 10,
+          lambda: str([kid.cmdline() for kid in d.children()]))
     log = d.log()
     assert "\x1b" not in log and "\r" not in log
     assert not [line for line in log.splitlines() if line.startswith("2026-11-26T00:00:00")]

@@ -174,7 +174,7 @@ class BeatThread:
 
     def _show_job(self) -> None:
         job = self.job
-        state = "idle" if job is None else f"busy {job['class']} jid={job['jid']}"
+        state = "idle" if job is None else printable(f"busy {job['class']} jid={job['jid']}")
         if self._title is not None and state != self._titled:
             self._title(state)
             self._titled = state
