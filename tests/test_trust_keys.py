@@ -125,15 +125,20 @@ def test_an_operator_action_into_a_wrong_typed_key_changes_nothing(r: redis.Redi
     assert r.zrange("retry", 0, -1) == [member.encode()]
 
 
-def test_clearing_a_queue_whose_key_holds_another_type_changes_nothing(r: redis.Redis) -> None:
+@pytest.mark.parametrize(("name", "shown"), [("b", "b"),
+                                             ("a\x00b\x1b\ncafé", "a\\x00b\\x1b\\x0acafé")])
+def test_clearing_a_queue_whose_key_holds_another_type_changes_nothing(
+        r: redis.Redis, name: str, shown: str) -> None:
     """It holds no jobs, and whatever it is stays for whoever wrote it (it was deleted while
-    the clear reported Redis's refusal)."""
-    r.sadd("queues", "b")
-    _wrong(r, "queue:b")
+    the clear reported Redis's refusal). The refusal names the key whatever its bytes (a NUL
+    ended Redis's error message there)."""
+    r.sadd("queues", name)
+    _wrong(r, f"queue:{name}")
     with pytest.raises(redis.ResponseError) as refused:
-        Queue(r, "b").clear()
-    _refusal(refused, "queue:b", "string")
-    assert r.get("queue:b") == b"not what forkq expects" and r.sismember("queues", "b")
+        Queue(r, name).clear()
+    _refusal(refused, f"queue:{shown}", "string")
+    assert str(refused.value).endswith(f"; queue '{shown}' not cleared")
+    assert r.get(f"queue:{name}") == b"not what forkq expects" and r.sismember("queues", name)
 
 
 @pytest.mark.parametrize("target", ["queue:default", "dead"])

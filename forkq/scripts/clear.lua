@@ -8,7 +8,7 @@
 -- type than a set does not stop the clear: the jobs are dropped, `queues` is left as it is.
 local bad = wrong_type(KEYS[1], "list")
 if bad then
-  return redis.error_reply(bad .. "; queue '" .. ARGV[1] .. "' not cleared")
+  return redis.error_reply(bad .. "; queue '" .. shown(ARGV[1]) .. "' not cleared")
 end
 local dropped = redis.call("LLEN", KEYS[1])
 redis.call("UNLINK", KEYS[1])

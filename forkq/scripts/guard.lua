@@ -8,10 +8,17 @@
 --   if bad then return redis.error_reply(bad) end
 --
 -- The refusal names the key: "WRONGTYPE forkq: key 'retry' holds a hash, not a zset".
+
+-- A name for a refusal's text: its control bytes as \xNN (any client may name a key; a NUL
+-- would end the error message Redis sends, a newline would break it).
+local function shown(name)
+  return (string.gsub(name, "%c", function(c) return string.format("\\x%02x", string.byte(c)) end))
+end
+
 local function wrong_type(key, kind)
   local held = redis.call("TYPE", key)["ok"]
   if held ~= "none" and held ~= kind then
-    return "WRONGTYPE forkq: key '" .. key .. "' holds a " .. held .. ", not a " .. kind
+    return "WRONGTYPE forkq: key '" .. shown(key) .. "' holds a " .. held .. ", not a " .. kind
   end
   return false
 end
