@@ -133,6 +133,9 @@ class Client:
         now = time.time()
         fields = _fields(item)
         jids = payloads.new_jids(len(arg_lists)) if fields.jid is None else None
+        if jids is not None and ats is None and not self.middleware and _diversion is None:
+            self._push_now(fields, arg_lists, jids, now)  # the common case, encoded at once
+            return jids
         jobs: list[tuple[payloads.Payload, float | None]] = []
         for index, args in enumerate(arg_lists):
             payload = self._prepare(fields, args, now, None if jids is None else jids[index])
@@ -153,6 +156,18 @@ class Client:
             return payload
         payloads.check(payload)
         return self.middleware.run(payload, lambda: payload)
+
+    def _push_now(self, fields: _Fields, arg_lists: Sequence[Any], jids: list[str],
+                  now: float) -> None:
+        """Push jobs of fresh ``jids`` at once, untouched by middleware: what :meth:`_send`
+        would send for their payloads, with the shared fields encoded once."""
+        for args in arg_lists:
+            _check_args(args)
+        encoded = payloads.encode_immediate(fields.name, arg_lists, jids, queue=fields.queue,
+                                            retry=fields.retry, options=fields.extra, now=now)
+        if encoded:
+            self._round_trip([("SADD", keys.QUEUES, fields.queue),
+                              ("LPUSH", keys.queue(fields.queue), *encoded)], [[], jids])
 
     def _send(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> None:
         """One round trip: ZADD the future jobs; SADD + one LPUSH per queue for the rest
@@ -181,6 +196,11 @@ class Client:
             commands += [("SADD", keys.QUEUES, queue),
                          ("LPUSH", keys.queue(queue), *map(payloads.encode_bytes, batch))]
             carried += [[], [str(payload["jid"]) for payload in batch]]
+        self._round_trip(commands, carried)
+
+    def _round_trip(self, commands: list[tuple[Any, ...]], carried: list[list[str]]) -> None:
+        """Send ``commands`` in one write; ``carried`` names the jids each one carries, for
+        the :class:`EnqueueError` raised unless every command that carries jobs succeeded."""
         try:
             results = (round_trip(self.redis, commands) if self._kept is None
                        else self._kept.round_trip(commands))
@@ -240,10 +260,14 @@ def _fields(item: Mapping[str, Any]) -> _Fields:
 def _build(fields: _Fields, args: Any, now: float, jid: str | None = None) -> payloads.Payload:
     """A fresh payload (its own dict and args list) for one job; its jid is ``jid``, else the
     shared one of ``fields``, else a fresh one."""
-    if not isinstance(args, (list, tuple)):
-        raise TypeError(f"job args must be a list, got {type(args).__name__}")
+    _check_args(args)
     return payloads.build(fields.name, args, queue=fields.queue, retry=fields.retry,
                           options=fields.extra, now=now, jid=jid or fields.jid)
+
+
+def _check_args(args: Any) -> None:
+    if not isinstance(args, (list, tuple)):
+        raise TypeError(f"job args must be a list, got {type(args).__name__}")
 
 
 _BUILT_FIELDS = frozenset({"class", "args", "queue", "retry", "at", "jid", "created_at"})

@@ -222,3 +222,44 @@ def test_a_clients_payload_takes_the_fast_path() -> None:
     assert wirejson._plain(payload, 1)
     assert not wirejson._plain({**payload, "args": [1e20]}, 1)
     assert not wirejson._plain({**payload, "args": ["\ud800"]}, 1)
+
+
+OPTIONS = st.dictionaries(st.one_of(st.sampled_from(["tags", "enqueued_at", "retry_for", "dead"]),
+                                    TEXT), st.one_of(NATIVE, DEEP), max_size=3)
+
+
+def _each_encoded(name: str, arg_lists: list[Any], jids: list[str], retry: Any,
+                  options: dict[str, Any], now: float) -> list[bytes] | tuple[type, str]:
+    """Each job's payload as build() makes it and a push sets ``enqueued_at``, encoded on
+    its own; or what the first that cannot be written raised."""
+    encoded = []
+    try:
+        for args, jid in zip(arg_lists, jids, strict=True):
+            payload = payloads.build(name, args, queue="q", retry=retry, options=options,
+                                     now=now, jid=jid)
+            payload["enqueued_at"] = now
+            encoded.append(payloads.encode_bytes(payload))
+    except (TypeError, ValueError) as exc:
+        return type(exc), str(exc)
+    return encoded
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.one_of(st.lists(st.one_of(NATIVE, DEEP), max_size=3),
+                          st.tuples(NATIVE)), max_size=4),
+       st.one_of(st.booleans(), st.integers(), NATIVE), OPTIONS, TEXT,
+       st.one_of(FLOATS, st.floats(min_value=1e9, max_value=4e9)))
+def test_a_bulk_push_encodes_each_job_as_its_own_payload_would(
+        arg_lists: list[Any], retry: Any, options: dict[str, Any], name: str,
+        now: float) -> None:
+    jids = payloads.new_jids(len(arg_lists))
+    try:
+        bulk: list[bytes] | tuple[type, str] = payloads.encode_immediate(
+            name, arg_lists, jids, queue="q", retry=retry, options=options, now=now)
+    except (TypeError, ValueError) as exc:
+        bulk = type(exc), str(exc)
+    expected = _each_encoded(name, arg_lists, jids, retry, options, now)
+    if arg_lists or isinstance(expected, list):
+        assert bulk == expected
+    else:  # no job: nothing encoded, not even the shared fields
+        assert bulk == []
