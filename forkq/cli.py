@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -44,6 +43,7 @@ from forkq.errors import (
     UnknownJobError,
 )
 from forkq.ops import options
+from forkq.printable import json_text, printable
 from forkq.wirejson import is_utf8
 
 OPERATOR = ("status", "quiet", "stop", "dump", "reload", "queues", "retries", "dead",
@@ -64,8 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ForkqError, redis.RedisError) as exc:
         code, message = _failure(exc)
     if getattr(parsed, "json", False):
-        print(json.dumps({"error": message}, ensure_ascii=False))
-    print(f"forkq: {message}", file=sys.stderr)
+        print(json_text({"error": message}))
+    print(f"forkq: {printable(message)}", file=sys.stderr)
     return code
 
 

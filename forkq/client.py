@@ -8,8 +8,10 @@ Wire protocol (Sidekiq's, docs/sidekiq-wire.md §2), one round trip per call:
   ``enqueued_at``; an ``at`` in the past pushes immediately.
 
 An ``at`` or interval below 1,000,000,000 is relative to now, as Sidekiq. Each payload
-is encoded once, just before sending (:func:`forkq.payload.encode_bytes`), and the
-commands go out in one write (:mod:`forkq.round_trips`), never resent.
+is encoded once, just before sending (:func:`forkq.payload.encode_bytes`; a ``push_bulk``
+of immediate jobs without client middleware encodes their shared fields once,
+:func:`forkq.payload.encode_immediate`), and the commands go out in one write
+(:mod:`forkq.round_trips`), never resent.
 
 A push never hangs: a client that builds its own connection gives every reply
 ``timeout`` seconds and every connect ``connect_timeout`` seconds (5 and 5 by default;
@@ -75,10 +77,10 @@ def at_epoch(value: float) -> float:
 class Client:
     """Pushes jobs to one Redis. Safe to share between threads; not across a fork.
 
-    A client built from a URL keeps the connections its pushes used, one per thread
-    pushing at once (:class:`~forkq.round_trips.KeptConnections`); one given a
-    ``redis_client`` checks a connection out of that client's pool for each push, since the
-    application's pool may have a limit."""
+    A client built from a URL, or with :meth:`keeping`, keeps the connections its pushes
+    used, one per thread pushing at once (:class:`~forkq.round_trips.KeptConnections`); one
+    given a ``redis_client`` checks a connection out of that client's pool for each push,
+    since the application's pool may have a limit."""
 
     def __init__(
         self,
@@ -161,6 +163,7 @@ class Client:
                   now: float) -> None:
         """Push jobs of fresh ``jids`` at once, untouched by middleware: what :meth:`_send`
         would send for their payloads, with the shared fields encoded once."""
+        arg_lists = list(arg_lists)  # any Sequence: a deque cannot be sliced
         for args in arg_lists:
             _check_args(args)
         encoded = payloads.encode_immediate(fields.name, arg_lists, jids, queue=fields.queue,
@@ -266,6 +269,7 @@ def _build(fields: _Fields, args: Any, now: float, jid: str | None = None) -> pa
 
 
 def _check_args(args: Any) -> None:
+    """TypeError unless ``args`` is a list or a tuple (a job's arguments)."""
     if not isinstance(args, (list, tuple)):
         raise TypeError(f"job args must be a list, got {type(args).__name__}")
 

@@ -93,17 +93,21 @@ def connect(
 @functools.cache
 def identified() -> dict[str, Any]:
     """The connection setting that names forkq to the server: ``CLIENT LIST`` shows
-    ``lib-name=redis-py(forkq_v0.1.0)`` (redis-py 8's ``driver_info``; {} with a redis-py
-    without it, which names itself alone).
+    ``lib-name=redis-py(forkq_v0.1.0)`` (redis-py's ``driver_info``, from 7.2; {} with an
+    older redis-py, which names itself alone, or if redis-py refuses the name).
 
-    Built once per process, and before the children fork: a redis-py 8 connection built
-    without it reads redis-py's version from the installed package's metadata (a file read
-    and a parse, ~1 ms) every time one is created — several per processor child at boot."""
+    Built once per process, and before the children fork: a connection of redis-py 7.2 or
+    later built without it reads redis-py's version from the installed package's metadata
+    (a file read and a parse, ~1 ms) every time one is created — several per processor child
+    at boot."""
     try:
         from redis.driver_info import DriverInfo
     except ImportError:  # redis-py before 7.2
         return {}
-    return {"driver_info": DriverInfo().add_upstream_driver("forkq", __version__)}
+    try:
+        return {"driver_info": DriverInfo().add_upstream_driver("forkq", __version__)}
+    except ValueError:  # a version redis-py's rules refuse: a connection without the name
+        return {}
 
 
 def _sentinel_master(target: redis_url.SentinelTarget, common: dict[str, Any]) -> redis.Redis:

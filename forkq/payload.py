@@ -89,10 +89,14 @@ def encode_immediate(
     encodes little more than their args. Each of ``arg_lists`` is a list or a tuple;
     ``jids`` are fresh ones (:func:`new_jids`: hex, nothing to escape). Raises
     TypeError/ValueError as :func:`encode` does for the first job that cannot be written,
-    with the same message."""
+    with the same message. (Options named like a field :func:`build` sets itself take
+    the slow way: each payload encoded on its own.)"""
     encoded: list[bytes] = []
     if not arg_lists:
         return encoded
+    if options and not _BUILT.isdisjoint(options):
+        return [encode_bytes(_pushed_now(name, args, jid, queue, retry, options, now))
+                for args, jid in zip(arg_lists, jids, strict=True)]
     dumps = wirejson.dumps
     try:
         shared: Payload = {"retry": retry, "queue": queue, **(options or {})}
@@ -108,13 +112,22 @@ def encode_immediate(
             # [args]: encoded at the depth args has in a payload (nesting is bounded)
             encoded.append((head + dumps([args])[1:-1] + middle + jid + tail).encode("utf-8"))
     except (TypeError, ValueError):
-        for args, jid in zip(arg_lists[len(encoded):], jids[len(encoded):], strict=True):
-            payload = build(name, args, queue=queue, retry=retry, options=options, now=now,
-                            jid=jid)
-            payload["enqueued_at"] = now
-            encode(payload)  # raises the message this payload's own encode gives
+        for args, jid in list(zip(arg_lists, jids, strict=True))[len(encoded):]:
+            encode(_pushed_now(name, args, jid, queue, retry, options, now))  # its own message
         raise
     return encoded
+
+
+_BUILT = frozenset({"args", "class", "jid", "created_at"})
+"""The fields :func:`build` sets after the options (an option of such a name is replaced)."""
+
+
+def _pushed_now(name: str, args: Any, jid: str, queue: str, retry: Any,
+                options: dict[str, Any] | None, now: float) -> Payload:
+    """The payload :func:`build` makes, as an immediate push sends it."""
+    payload = build(name, args, queue=queue, retry=retry, options=options, now=now, jid=jid)
+    payload["enqueued_at"] = now
+    return payload
 
 
 def encode(payload: Payload) -> str:

@@ -440,8 +440,18 @@ def test_names_and_messages_from_redis_reach_the_terminal_escaped(server: Embedd
     entry = {"class": f"C{evil}", "args": [], "jid": f"j{evil}", "queue": "default",
              "error_class": "E", "error_message": f"m{evil}", "failed_at": time.time()}
     r.zadd("dead", {json.dumps(entry): time.time()})
+    r.lpush(f"queue:{evil}", json.dumps({"class": "C", "args": [], "jid": f"q{evil}",
+                                         "queue": evil}))
+    for identity in (f"host:1:{evil}", "host:1:b"):  # "host" names both
+        r.sadd("processes", identity)
+        r.hset(identity, mapping={
+            "info": json.dumps({"hostname": f"h{evil}", "pid": 1, "identity": identity,
+                                "concurrency": 1, "queues": [evil], "started_at": time.time()}),
+            "beat": time.time(), "busy": 0, "quiet": "false"})
     shown = "evil\\x1b[2J\\x9b31m\\r\\nok  99  0.00s"
-    for args in (["queues"], ["status"], ["dead"], ["queues", "clear", "evil"]):
+    for args in (["queues"], ["status"], ["dead"], ["queues", "clear", "evil"],
+                 ["job", f"q{evil}"], ["cancel", f"q{evil}"], ["quiet", "--all"],
+                 ["quiet", "host"]):
         done = run_forkq(*args, "--redis-url", server.url, timeout=30)
         output = done.stdout + done.stderr
         assert not set("\x1b\x9b\r") & set(output), (args, output)

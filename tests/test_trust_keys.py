@@ -126,7 +126,7 @@ def test_an_operator_action_into_a_wrong_typed_key_changes_nothing(r: redis.Redi
 
 
 @pytest.mark.parametrize(("name", "shown"), [("b", "b"),
-                                             ("a\x00b\x1b\ncafé", "a\\x00b\\x1b\\x0acafé")])
+                                             ("a\x00b\x1b\ncafé", "a\\x00b\\x1b\\ncafé")])
 def test_clearing_a_queue_whose_key_holds_another_type_changes_nothing(
         r: redis.Redis, name: str, shown: str) -> None:
     """It holds no jobs, and whatever it is stays for whoever wrote it (it was deleted while

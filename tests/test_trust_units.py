@@ -143,3 +143,30 @@ def test_a_log_line_from_hostile_data_stays_one_line_and_a_traceback_keeps_its_f
     assert lines[6].endswith("TTIN: x\\n2026-11-26T00:00:00.000Z pid=1 master ERROR: "
                              "forged\\x1b[2J\\x9b31m\\r\\t")
     assert lines[7:] == ["  File x", "    code"]
+
+
+def test_a_traceback_another_handler_formatted_first_is_escaped_here_and_left_as_it_was(
+        tmp_path: Path, root_handlers: None) -> None:
+    """logging caches a traceback's text on the record for whatever formats it next, and an
+    application's handler on a named logger formats before the root's."""
+    path = tmp_path / "forkq.log"
+    logs.configure("info", str(path))
+    plain: list[str] = []
+    other = logging.Handler()
+    other.emit = lambda record: plain.append(logging.Formatter().format(record))  # type: ignore[method-assign]
+    app = logging.getLogger("app")
+    app.addHandler(other)
+    try:
+        try:
+            error = ValueError(f"bad {FORGED}")
+            error.add_note(f"note {FORGED}")
+            raise error
+        except ValueError:
+            app.exception("job %s failed", FORGED)
+    finally:
+        app.removeHandler(other)
+    text = path.read_text()
+    assert "\x1b" not in text and "\r" not in text
+    assert not [line for line in text.splitlines() if line.startswith("2026-11-26T00:00:00")]
+    assert "note x\\n2026-11-26T00:00:00.000Z pid=1" in text
+    assert "\x1b" in plain[0] and "\nnote x\n" in plain[0]  # the other handler's, untouched

@@ -6,6 +6,7 @@ import json
 import random
 import re
 import time
+from collections import deque
 
 import pytest
 import redis
@@ -51,6 +52,29 @@ def test_push_bulk_is_one_lpush_with_shared_times(r: redis.Redis) -> None:
     assert [j["args"] for j in jobs] == [[n] for n in range(5)]
     assert [j["jid"] for j in jobs] == jids and len(set(jids)) == 5
     assert len({(j["created_at"], j["enqueued_at"]) for j in jobs}) == 1
+
+
+def test_push_bulk_writes_with_middleware_or_without_the_same_bytes(r: redis.Redis) -> None:
+    """Without client middleware the jobs' shared fields are encoded once
+    (payload.encode_immediate); with it each payload is encoded on its own."""
+    chain: Chain[payloads.Payload, payloads.Payload] = Chain()
+    chain.add(lambda p, nxt: nxt())
+    item = {"class": "X", "args": deque([(1, "é"), [{"k": [1.5e-7]}], []]), "queue": "b",
+            "retry": 3, "tags": ["a"], "enqueued_at": 5, "retry_for": 60.5}
+    shown = []
+    for client in (Client(r), Client(r, middleware=chain)):
+        jids = client.push_bulk(item)
+        for raw in r.lrange("queue:b", 0, -1):
+            job = json.loads(raw)
+            assert job["jid"] in jids
+            shown.append(raw.replace(job["jid"].encode(), b"J").replace(
+                wirejson.dumps(job["created_at"]).encode(), b"T"))
+        r.delete("queue:b")
+    assert shown[:3] == shown[3:] and b'"enqueued_at":T,' in shown[0]
+    for client in (Client(r), Client(r, middleware=chain)):
+        with pytest.raises(TypeError, match=r"^\$\.args\[0\]: object"):
+            client.push_bulk({"class": "X", "args": deque([[1], [object()]])})
+    assert r.keys("*") == [b"queues"]  # nothing sent by the refused pushes
 
 
 def test_client_middleware_can_change_or_stop_a_push(r: redis.Redis) -> None:

@@ -9,9 +9,10 @@ One line per event whatever the data: a message's control characters are escaped
 (:mod:`forkq.printable`), so a jid, a class name or an error message written into Redis by
 any client cannot forge a line or send a terminal escape sequence. A traceback follows its
 event's line as Python writes it, with the same escapes, except for the newlines that
-separate its own lines; in its exception's message, newlines are escaped too. A message
-logged with ``extra=MULTILINE`` (TTIN's stack dumps, whose data parts are escaped by the
-caller) keeps its newlines.
+separate its own lines; in its exceptions' messages and notes, newlines are escaped too (the
+lines of an exception group's members stay indented under it). A message logged with
+``extra=MULTILINE`` (TTIN's stack dumps, whose data parts are escaped by the caller) keeps
+its newlines.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import os
 import sys
 import time
 import traceback
-from types import FrameType
+from collections.abc import Mapping
+from types import FrameType, MappingProxyType
 from typing import Any
 
 from forkq.errors import ConfigError
@@ -36,7 +38,7 @@ class _RoleFilter(logging.Filter):
         return True
 
 
-MULTILINE = {"multiline": True}
+MULTILINE: Mapping[str, object] = MappingProxyType({"multiline": True})
 """``extra=`` of a message whose newlines are its own (its data escaped by the caller)."""
 
 _FRAMES = ("Traceback ", "  ", "\nThe above exception", "\nDuring handling")
@@ -48,17 +50,49 @@ class _Formatter(logging.Formatter):
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         return f"{stamp}.{int(record.msecs):03d}Z"
 
+    def format(self, record: logging.LogRecord) -> str:
+        """The record's line (and traceback), escaped; the record is left as it was found:
+        logging caches a traceback's text on the record (``exc_text``) for whatever formats
+        it next, so another handler's raw text is not used here, nor this one's there."""
+        cached, record.exc_text = record.exc_text, None
+        try:
+            return super().format(record)
+        finally:
+            record.exc_text = cached
+
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802
-        record.message = printable(record.message,
-                                   lines=bool(getattr(record, "multiline", False)))
-        return super().formatMessage(record)
+        message = record.message
+        record.message = printable(message, lines=bool(getattr(record, "multiline", False)))
+        try:
+            return super().formatMessage(record)
+        finally:
+            record.message = message
 
     def formatException(self, ei: Any) -> str:  # noqa: N802
-        return "".join(map(_chunk, traceback.TracebackException(
-            ei[0], ei[1], ei[2], compact=True).format())).rstrip("\n")
+        report = traceback.TracebackException(ei[0], ei[1], ei[2], compact=True)
+        _escape_notes(report)
+        return "".join(map(_chunk, report.format())).rstrip("\n")
 
     def formatStack(self, stack_info: str) -> str:  # noqa: N802
         return printable(stack_info, lines=True)
+
+
+def _escape_notes(report: traceback.TracebackException) -> None:
+    """Escape the notes (``add_note``) of ``report`` and of every exception chained or grouped
+    in it: a note's lines come as chunks of their own, which :func:`_chunk` cannot tell from
+    a traceback's own lines."""
+    pending: list[Any] = [report]
+    seen: set[int] = set()
+    while pending:
+        item = pending.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        notes = getattr(item, "__notes__", None)
+        if isinstance(notes, list):
+            item.__notes__ = [printable(note) if isinstance(note, str) else note
+                              for note in notes]
+        pending += [item.__cause__, item.__context__, *(getattr(item, "exceptions", None) or [])]
 
 
 def _chunk(text: str) -> str:

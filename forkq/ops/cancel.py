@@ -30,6 +30,7 @@ import redis
 
 from forkq import keys
 from forkq.ops.lookup import Place, find_job
+from forkq.printable import printable
 
 Outcome = Literal["unscheduled", "removed from retries", "dequeued", "stopping", "stopped",
                   "dead", "not found"]
@@ -44,7 +45,10 @@ class Cancelled:
     where: str = ""
 
     def describe(self) -> str:
-        """One line for the operator."""
+        """One line for the operator (names escaped: :mod:`forkq.printable`)."""
+        return printable(self._describe())
+
+    def _describe(self) -> str:
         where = f" ({self.where})" if self.where else ""
         return {
             "unscheduled": f"{self.jid}: removed from the scheduled jobs",

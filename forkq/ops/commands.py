@@ -51,7 +51,7 @@ from forkq.ops.queues import Queue
 from forkq.ops.records import SortedEntry
 from forkq.ops.sorted_sets import SETS, JobSet
 from forkq.ops.stats import Stats, describe_damage, holds
-from forkq.printable import printable
+from forkq.printable import json_text, printable
 
 
 @dataclass
@@ -187,7 +187,8 @@ def signal_processes(action: str) -> Command:
                 errors.append(str(exc))
             else:
                 done.append(process.identity)
-        lines = [_ASKED[action].format(i) + " (it acts at its next heartbeat)" for i in done]
+        lines = [_ASKED[action].format(printable(i)) + " (it acts at its next heartbeat)"
+                 for i in done]
         if not targets and not errors:
             lines = ["no live processes"]
         data, code = _with_problems({"signal": action, "signalled": done}, missing, refused)
@@ -384,7 +385,7 @@ def _place_text(place: Place, now: float) -> str:
     if record.error_backtrace:
         fields.append(("backtrace", "\n".join(record.error_backtrace)))
     fields.append(("payload", record.raw.decode("utf-8", "replace")))
-    lines = [f"job {record.jid}: {place.headline(now)}"]
+    lines = [f"job {printable(str(record.jid))}: {place.headline(now)}"]
     for name, value in fields:
         first, *rest = value.split("\n") or [""]
         lines.append(f"  {name:<10} {first}")
@@ -451,13 +452,13 @@ def command(name: str) -> Command:
 
 def emit(outcome: Outcome, *, as_json: bool) -> int:
     """Print ``outcome`` (JSON or text on stdout, errors on stderr); its exit status. Text
-    reaches the terminal with its control characters escaped but for its newlines (what it
-    shows may come from any client that writes to Redis; table cells and names in
-    one-line messages have their newlines escaped too)."""
+    reaches the terminal with its control characters escaped but for its own line breaks
+    (what it shows may come from any client that writes to Redis; table cells, names in
+    its one-line messages and each error have their newlines escaped too)."""
     if as_json:
-        print(json.dumps(outcome.data, ensure_ascii=False, allow_nan=False))
+        print(json_text(outcome.data))
     elif outcome.text:
         print(printable(outcome.text, lines=True))
     for error in outcome.errors:
-        print(f"forkq: {printable(error, lines=True)}", file=sys.stderr)
+        print(f"forkq: {printable(error)}", file=sys.stderr)
     return outcome.code

@@ -53,6 +53,7 @@ from forkq.ops import tables
 from forkq.ops.processes import FIELDS, Process
 from forkq.ops.records import JobRecord, finite
 from forkq.ops.sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet, quoted_jid
+from forkq.printable import printable
 from forkq.scripts import script
 
 WINDOW = 1000  # list elements searched per call of search.lua
@@ -94,7 +95,11 @@ class Place:
         }
 
     def headline(self, now: float) -> str:
-        """One line saying where it is and since or until when."""
+        """One line saying where it is and since or until when (what Redis said of it
+        escaped: :mod:`forkq.printable`)."""
+        return printable(self._headline(now))
+
+    def _headline(self, now: float) -> str:
         when = tables.moment(self.at, now)
         process = f"{self.identity} (host {self.hostname or '?'}, pid {self.pid or '?'})"
         if self.kind == "scheduled":

@@ -221,18 +221,19 @@ class ProcessSet:
         known = ", ".join(printable(p.identity) for p in processes) or "none"
         if matches:
             raise NotFoundError(f"{wanted!r} matches {len(matches)} processes: "
-                                f"{', '.join(p.identity for p in matches)}")
+                                f"{', '.join(printable(p.identity) for p in matches)}")
         raise NotFoundError(f"no live process {wanted!r} (live: {known})")
 
     def signal(self, process: Process, action: str) -> None:
         """Ask ``process`` to ``quiet``, ``stop``, ``dump`` its stacks or ``reload`` its
         configuration (a remote signal, acted on at its next heartbeat). Raises ForkqError,
         sending nothing, for an embedded Sidekiq process and for ``reload`` to a Sidekiq one."""
+        named = printable(process.identity)
         if process.embedded:
-            raise ForkqError(f"{process.identity} is an embedded Sidekiq process: it does not "
-                             "take remote signals")
+            raise ForkqError(f"{named} is an embedded Sidekiq process: it does not take remote "
+                             "signals")
         if action in FORKQ_ONLY and not process.is_forkq:
-            raise ForkqError(f"{process.identity} is not a forkq process: it cannot {action}")
+            raise ForkqError(f"{named} is not a forkq process: it cannot {action}")
         key = keys.signals(process.identity)
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.lpush(key, SIGNALS[action])

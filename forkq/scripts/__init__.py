@@ -30,6 +30,7 @@ def preload() -> None:
             source(name)
 
 
+@cache
 def _read(name: str) -> str:
     return resources.files(__name__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
 

@@ -9,10 +9,14 @@
 --
 -- The refusal names the key: "WRONGTYPE forkq: key 'retry' holds a hash, not a zset".
 
--- A name for a refusal's text: its control bytes as \xNN (any client may name a key; a NUL
--- would end the error message Redis sends, a newline would break it).
+-- A name for a refusal's text, written as forkq.printable writes it: control bytes as \n,
+-- \r, \t or \xNN (any client may name a key; a NUL would end the error message Redis
+-- sends, a newline would break it).
+local SHORT = {["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t"}
 local function shown(name)
-  return (string.gsub(name, "%c", function(c) return string.format("\\x%02x", string.byte(c)) end))
+  return (string.gsub(name, "%c", function(c)
+    return SHORT[c] or string.format("\\x%02x", string.byte(c))
+  end))
 end
 
 local function wrong_type(key, kind)

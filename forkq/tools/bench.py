@@ -99,7 +99,7 @@ def _repetition(options: Options, results: Results, *, tmp: str, url: str, r: re
         _enqueue(side, url, options.jobs, results, first_column=systems[0].label)
         for system in systems:
             _progress(f"repetition {number}/{options.repeat}: {system.label} ...")
-            _configuration(r, url, system, options, results, server_pid)
+            _configuration(system, options, results, r=r, url=url, server_pid=server_pid)
 
 
 def _enqueue(side: str, url: str, jobs: int, results: Results, *, first_column: str) -> None:
@@ -114,8 +114,8 @@ def _enqueue(side: str, url: str, jobs: int, results: Results, *, first_column: 
     _progress(f"{side} client enqueue: one by one {one:,.0f} jobs/s, bulk {bulk:,.0f} jobs/s")
 
 
-def _configuration(r: redis.Redis, url: str, system: System, options: Options,
-                   results: Results, server_pid: int | None) -> None:
+def _configuration(system: System, options: Options, results: Results, *, r: redis.Redis,
+                   url: str, server_pid: int | None) -> None:
     """Start ``system`` once, measure it, stop it (also on failure), record its figures."""
     try:
         launch = phases.launch(r, system)
@@ -124,7 +124,7 @@ def _configuration(r: redis.Redis, url: str, system: System, options: Options,
                                progress=_drain_progress(options.jobs))
         pss = bench_procs.tree_pss_mb(system.roots())
         p50, p99 = phases.percentiles(
-            phases.idle_latency(r, url, system, options.latency_samples))
+            phases.idle_latency(r, system, options.latency_samples, url=url))
     finally:
         system.stop()
         phases.clear(r)

@@ -55,7 +55,7 @@ def run(*, jobs: int, concurrency: int, samples: int, redis_url: str | None) -> 
             phases.launch(r, system)
             phases.warm_up(r, system)
             omem, totmem, elapsed = _drain_watching_clients(r, system.job_class, jobs)
-            delays = phases.idle_latency(r, url, system, samples)
+            delays = phases.idle_latency(r, system, samples, url=url)
         finally:
             system.stop()
             phases.clear(r)

@@ -140,7 +140,7 @@ def _ms_per_job(seconds: float, jobs: int) -> float:
     return seconds * 1000 / jobs
 
 
-def idle_latency(r: redis.Redis, url: str, system: System, samples: int) -> list[float]:
+def idle_latency(r: redis.Redis, system: System, samples: int, *, url: str) -> list[float]:
     """Job start minus push time, in ms, of ``samples`` single pushes to the idle system,
     each waited for, 2-5 ms apart. The pushes go through forkq's client built from ``url``,
     as ``forkq.push`` builds its own (and as :func:`python_enqueue` times it)."""
