@@ -457,3 +457,6 @@ def test_names_and_messages_from_redis_reach_the_terminal_escaped(server: Embedd
         assert not set("\x1b\x9b\r") & set(output), (args, output)
         assert not [line for line in output.splitlines() if line.startswith("ok ")], args
         assert shown in output, (args, output)
+    done = run_forkq("queues", "--json", "--redis-url", server.url, timeout=30)
+    assert not set("\x1b\x9b\r\n") & set(done.stdout.rstrip("\n")), done.stdout
+    assert evil in [row["name"] for row in json.loads(done.stdout)["queues"]]  # exact
