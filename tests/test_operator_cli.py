@@ -435,8 +435,9 @@ def test_names_and_messages_from_redis_reach_the_terminal_escaped(server: Embedd
     """Any client can write a queue name, a jid or an error message: printed raw, an escape
     sequence would act on the operator's terminal and a newline would forge a row."""
     evil = "evil\x1b[2J\x9b31m\r\nok  99  0.00s"
-    r.sadd("queues", evil)
+    r.sadd("queues", evil, b"bad\xff\x1b[2Jutf8")  # and a name that is not UTF-8
     r.lpush(f"queue:{evil}", "job")
+    r.lpush(b"queue:bad\xff\x1b[2Jutf8", "job")
     entry = {"class": f"C{evil}", "args": [], "jid": f"j{evil}", "queue": "default",
              "error_class": "E", "error_message": f"m{evil}", "failed_at": time.time()}
     r.zadd("dead", {json.dumps(entry): time.time()})
@@ -457,6 +458,8 @@ def test_names_and_messages_from_redis_reach_the_terminal_escaped(server: Embedd
         assert not set("\x1b\x9b\r") & set(output), (args, output)
         assert not [line for line in output.splitlines() if line.startswith("ok ")], args
         assert shown in output, (args, output)
+        if args[0] in ("queues", "status") and len(args) == 1:
+            assert "bad\ufffd\\x1b[2Jutf8" in output, (args, output)
     done = run_forkq("queues", "--json", "--redis-url", server.url, timeout=30)
     assert not set("\x1b\x9b\r\n") & set(done.stdout.rstrip("\n")), done.stdout
     assert evil in [row["name"] for row in json.loads(done.stdout)["queues"]]  # exact
