@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+import urllib.parse
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ import redis
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import Select
 
 from forkq.client import Client
@@ -63,10 +65,21 @@ def _search(driver: WebDriver, page: str, query: str, field: str = "any") -> lis
     box.send_keys(query)
     Select(driver.find_element(By.CSS_SELECTOR, f"{form} select[name=field]")).select_by_value(
         field)
+    before = driver.find_element(By.TAG_NAME, "html")
     box.send_keys(Keys.ENTER)
-    wait_until(driver, lambda d: "q=" in d.current_url and d.find_elements(By.ID, f"page-{page}"),
-               10, "the search did not load")
+    # The page before (an earlier search) matches any test of the URL or of the page's
+    # elements, and the new one is read while it loads: wait until the old document is gone,
+    # the new one is whole and its URL asks for this search.
+    wait_until(driver, lambda d: staleness_of(before)(d) and d.execute_script(
+        "return document.readyState") == "complete" and _asks(d.current_url, query, field)
+        and d.find_elements(By.ID, f"page-{page}"), 10, "the search did not load")
     return rows(driver, f"{page}-table", "data-jid")
+
+
+def _asks(url: str, query: str, field: str) -> bool:
+    """Whether ``url`` is a search for ``query`` in ``field``."""
+    asked = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+    return asked.get("q") == [query] and asked.get("field") == [field]
 
 
 def _tick(driver: WebDriver, page: str, jid: str) -> None:
