@@ -42,7 +42,7 @@ from redis.sentinel import (
 )
 
 from forkq import __version__, redis_url
-from forkq.round_trips import exchange
+from forkq.round_trips import drop_if_closed, exchange
 
 EMBEDDED = "embedded"
 NO_RETRY = Retry(NoBackoff(), 0)
@@ -75,8 +75,8 @@ def connect(
 
     A command is tried once (redis-py's default for a client built from a URL): a connection
     error reaches the caller at once, and forkq's own outage handling waits, logs and stays
-    responsive to signals (a connection the server closed while idle is replaced by the
-    pool's check before its next use).
+    responsive to signals (a connection the server closed while idle is replaced before its
+    next use: by the pool's check, or by forkq's own for the connections it keeps).
     """
     resolved = resolve_url(url, embedded_dir=embedded_dir)
     redis_url.check(resolved)
@@ -324,10 +324,11 @@ def raw(value: bytes | str) -> bytes:
 
 class Direct:
     """One connection of the caller's own, for a script called in a tight loop (a
-    processor's fetch): no pool checkout (a poll and a getpid per call) and no retry
-    wrapper; the call is a one-write round trip (:func:`forkq.round_trips.exchange`,
-    packed by hiredis directly: its arguments are text, bytes and integers). Not
-    thread-safe; build it after fork.
+    processor's fetch): no pool checkout (a lock, a getpid and observability counters per
+    call) and no retry wrapper, only the check that the server did not close it while idle
+    (:func:`forkq.round_trips.drop_if_closed`); the call is a one-write round trip
+    (:func:`forkq.round_trips.exchange`, packed by hiredis directly: its arguments are text,
+    bytes and integers). Not thread-safe; build it after fork.
 
     :meth:`evalsha` loads the script when the server does not know it. Any error but a
     refusal drops the connection (the next call reconnects) and propagates; a refusal
@@ -346,6 +347,7 @@ class Direct:
             return self._call(script, keys, args)
 
     def _call(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+        drop_if_closed(self._conn)
         [reply] = exchange(self._conn, [("EVALSHA", script.sha, len(keys), *keys, *args)])
         if isinstance(reply, redis.ResponseError):
             raise reply

@@ -6,6 +6,11 @@ place of its reply; replies come raw (no response callbacks). Sent once, never r
 other error (connect, write, timeout) drops the connection, so no stale reply is left on
 it, and propagates.
 
+A connection kept between calls is checked before each use (:func:`drop_if_closed`, one
+``poll``): one the server closed while it sat idle (its ``timeout``, a restart, a failover,
+``CLIENT KILL``) is replaced there, before anything is sent, so the call goes through
+instead of failing with "Broken pipe".
+
 Two ways to get the connection:
 
 - :func:`round_trip` checks one out of the client's pool and releases it (for a client
@@ -13,13 +18,14 @@ Two ways to get the connection:
 - :class:`KeptConnections` keeps the connections it used, for the pushes of a client whose
   pool forkq built (unbounded). redis-py's checkout and release cost a push about a third
   of its CPU (redis-py 8: a pid check and a lock each way, a readiness ``poll`` — a system
-  call —, observability counters), for nothing a connection that only ever carries whole
-  round trips needs: it never holds an unread reply.
+  call —, observability counters), where a connection that only ever carries whole round
+  trips needs one check: that the server did not close it (:func:`drop_if_closed`).
 """
 
 from __future__ import annotations
 
 import os
+import select
 from typing import Any
 
 import hiredis
@@ -47,6 +53,20 @@ def round_trip(client: redis.Redis, commands: Commands) -> list[Any]:
         return exchange(conn, commands)
     finally:
         pool.release(conn)
+
+
+def drop_if_closed(conn: Any) -> None:
+    """Disconnect ``conn`` when its socket is readable while no reply is awaited: the server
+    closed it (or sent what nobody asked for), and a command written to it would be lost
+    in flight. It reconnects at its next use. One ``poll`` system call; call it only
+    between round trips."""
+    sock = conn._sock
+    if sock is None:
+        return
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    if poller.poll(0):
+        conn.disconnect()
 
 
 def exchange(conn: Any, commands: Commands) -> list[Any]:
@@ -100,7 +120,9 @@ class KeptConnections:
         try:
             conn = self._idle.pop()
         except IndexError:
-            conn = self._pool.get_connection()
+            conn = self._pool.get_connection()  # checked by the pool
+        else:
+            drop_if_closed(conn)
         try:
             return exchange(conn, commands)
         finally:

@@ -20,7 +20,7 @@ import redis
 from forkq import keys
 from forkq.client import Client
 from forkq.daemon import held_jobs
-from forkq.daemon.children.blocking_wait import name_for
+from forkq.daemon.children.blocking_wait import BlockingWait, name_for
 from forkq.daemon.master.effects import CANCEL_WATCH
 
 from .conftest import records, until
@@ -155,3 +155,24 @@ def test_taking_back_a_list_ends_its_holders_waiting_connection(r: redis.Redis) 
         assert r.lrange(inflight, 0, -1) == [b"queue:waiting"]
     finally:
         waiter.disconnect()
+
+
+def test_a_waiting_connection_the_server_closed_between_waits_is_replaced(
+        r: redis.Redis) -> None:
+    inflight = keys.inflight("host:1:abc", 4343)
+    waiting = BlockingWait(r, inflight, "queue:waiting")
+    read_fd, write_fd = os.pipe()
+    try:
+        r.lpush("queue:waiting", "first")
+        assert waiting.wait(1, read_fd) == b"first"
+        [before] = [c["id"] for c in r.client_list() if c["name"] == name_for(inflight)]
+        assert r.client_kill_filter(_id=before) == 1  # as the server's idle timeout would
+        r.lpush("queue:waiting", "second")
+        assert waiting.wait(1, read_fd) == b"second"  # no error: a new connection waited
+        assert r.lrange(inflight, 0, -1) == [b"first", b"second"]
+        assert [c["id"] for c in r.client_list()
+                if c["name"] == name_for(inflight)] not in ([], [before])
+    finally:
+        waiting.close()
+        os.close(read_fd)
+        os.close(write_fd)

@@ -2,12 +2,14 @@
 
 The packing is redis-py's, byte for byte. The kept connections: one per thread pushing at
 once, closed by the client's ``close()`` and reconnected by the next push; a forked child
-never uses the parent's; a refused command leaves the connection in use, a lost one is
-replaced at the next call.
+never uses the parent's; a refused command leaves the connection in use; one the server
+closed while it sat idle (its ``timeout``, CLIENT KILL) is replaced before the next call,
+which goes through.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import uuid
@@ -18,10 +20,12 @@ import pytest
 import redis
 
 from forkq import client as clients
-from forkq.connection import connect
+from forkq.connection import Direct, connect
 from forkq.embedded import EmbeddedServer
 from forkq.round_trips import KeptConnections, pack
 from forkq.subprocesses import wait_for
+
+from .conftest import throwaway_server
 
 CLIENT_ID = [("CLIENT", "ID")]
 
@@ -144,15 +148,51 @@ def test_a_refusal_comes_in_place_and_keeps_the_connection(kept: KeptConnections
     assert r.type("k") == b"string"
 
 
-def test_a_connection_killed_by_the_server_fails_one_call_and_is_replaced(
+def test_a_connection_the_server_closed_while_idle_is_replaced_before_the_call(
         kept: KeptConnections, name: str, r: redis.Redis) -> None:
     before = kept.round_trip(CLIENT_ID)[0]
     assert r.client_kill_filter(_id=before) == 1
-    with pytest.raises(redis.ConnectionError):
-        kept.round_trip([("LPUSH", "queue:default", "x")])
+    assert kept.round_trip([("LPUSH", "queue:default", "x")]) == [1]
+    assert r.lrange("queue:default", 0, -1) == [b"x"]  # sent once, on the new connection
     after = kept.round_trip(CLIENT_ID)[0]
     assert after != before
     assert wait_for(lambda: named(r, name) == [after], 5)
+
+
+def test_a_push_after_the_servers_idle_timeout_closed_the_connection_lands_once() -> None:
+    with throwaway_server("fq-idle-") as srv:
+        r = redis.Redis(unix_socket_path=srv.socket, protocol=2)
+        try:
+            r.config_set("timeout", 1)  # the server closes a client idle for a second
+            client = clients.Client(url=f"unix://{srv.socket}?client_name=idle-pusher")
+            first = client.push({"class": "Kept", "args": [1]})
+            assert wait_for(lambda: named(r, "idle-pusher") == [], 10)  # closed by the server
+            second = client.push({"class": "Kept", "args": [2]})
+            queued = [json.loads(job)["jid"] for job in r.lrange("queue:default", 0, -1)]
+            assert queued == [second, first]
+            client.redis.close()
+        finally:
+            r.close()
+
+
+def test_a_direct_connection_the_server_closed_while_idle_is_replaced_before_the_call(
+        url: str, name: str, r: redis.Redis) -> None:
+    client = connect(url, socket_timeout=5)
+    direct = Direct(client)
+    script = client.register_script("return redis.call('LPUSH', KEYS[1], ARGV[1])")
+    script.sha = client.script_load(script.script)  # on a pooled connection of the client
+    pooled = set(named(r, name))
+    try:
+        assert direct.evalsha(script, ["queue:default"], ["a"]) == 1
+        [before] = set(named(r, name)) - pooled
+        assert r.client_kill_filter(_id=before) == 1
+        assert direct.evalsha(script, ["queue:default"], ["b"]) == 2
+        assert r.lrange("queue:default", 0, -1) == [b"b", b"a"]
+        assert wait_for(lambda: len(set(named(r, name)) - pooled) == 1
+                        and before not in named(r, name), 5)
+    finally:
+        direct.close()
+        client.close()
 
 
 def test_packing_is_redis_pys_byte_for_byte(r: redis.Redis) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 import redis
 
 from forkq import keys
+from forkq.round_trips import drop_if_closed
 
 NAME_PREFIX = keys.WAITER_PREFIX
 WAKE = object()
@@ -70,6 +71,10 @@ class BlockingWait:
         return job
 
     def _connection(self) -> Any:
+        if self._conn is not None:
+            drop_if_closed(self._conn)
+            if self._conn._sock is None:  # the server closed it since the last wait
+                self._conn = None
         if self._conn is None:
             conn = self._pool.make_connection()
             try:
