@@ -2,7 +2,8 @@
 
 One queue: idle children wait inside Redis (BLMOVE into their armed in-flight lists), so a
 push is handed to exactly one of them. Several queues: a watch connection, unsubscribed
-while its child is busy. Either way any client's push (Ruby's too) wakes the daemon.
+while its child is busy. Either way any client's push (Ruby's too) wakes the daemon. A
+server that closes idle connections (``timeout``) costs the waiting processors nothing.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import signal
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,8 +24,9 @@ from forkq.client import Client
 from forkq.daemon import held_jobs
 from forkq.daemon.children.blocking_wait import BlockingWait, name_for
 from forkq.daemon.master.effects import CANCEL_WATCH
+from forkq.embedded import EmbeddedServer
 
-from .conftest import records, until
+from .conftest import push, records, throwaway_server, until
 from .test_sidekiq_interop import _run_ruby
 
 MULTI = "queues: [[critical, 2], default]\n"
@@ -176,3 +179,37 @@ def test_a_waiting_connection_the_server_closed_between_waits_is_replaced(
         waiting.close()
         os.close(read_fd)
         os.close(write_fd)
+
+
+@pytest.fixture
+def closing_server() -> Iterator[EmbeddedServer]:
+    """A server of its own that closes any connection idle for a second (``timeout 1``)."""
+    with throwaway_server("fq-timeout-") as srv:
+        with redis.Redis(unix_socket_path=srv.socket) as client:
+            client.config_set("timeout", 1)
+        yield srv
+
+
+def test_a_daemon_on_a_server_that_closes_idle_connections_sees_no_outage(
+        closing_server: EmbeddedServer, daemon: Any) -> None:
+    rc = redis.Redis(unix_socket_path=closing_server.socket)
+    try:
+        d = daemon("concurrency: 2\nrequire: jobs\n", redis_url=closing_server.url)
+        d.wait_children(2)
+        until(lambda: _blocking_moves(rc) >= 2, 15, lambda: f"no child waited; log:\n{d.log()}")
+        waited = _blocking_moves(rc)
+        # an idle processor waits 2 s, then fetches on a connection idle for those 2 s, which
+        # the server closed after 1: two more waits each come after such a fetch
+        until(lambda: _blocking_moves(rc) >= waited + 4, 30,
+              lambda: f"the children did not wait again; log:\n{d.log()}")
+        jid = push(rc, "Record", "after the idle spells")
+        until(lambda: jid in [row["jid"] for row in records(rc)], 10,
+              lambda: f"the job never ran; log:\n{d.log()}")
+        assert "Redis unavailable" not in d.log() and "downtime" not in d.log(), d.log()
+    finally:
+        rc.close()
+
+
+def _blocking_moves(rc: redis.Redis) -> int:
+    """How many BLMOVE commands the server has run."""
+    return int(rc.info("commandstats").get("cmdstat_blmove", {}).get("calls", 0))
