@@ -45,12 +45,18 @@ def test_tls_with_a_client_certificate_serves_the_daemon_the_client_and_the_cli(
                f"&ssl_keyfile={quote(str(certs.client_key))}&ssl_cert_reqs=required")
         d = daemon(DAEMON, redis_url=url)
         d.wait_children(2, timeout=30)
-        jid = Client(url=url).push({"class": "Mark", "args": []})
         server = node.client(**tls)
+        pusher = Client(url=url + "&client_name=tls-pusher")
+        jid = pusher.push({"class": "Mark", "args": []})
+        first = _ids(server, "tls-pusher")
+        for n in range(20):  # its one TLS connection is kept, never taken for a closed one
+            pusher.push({"class": "Mark", "args": [n]})
+        assert _ids(server, "tls-pusher") == first and len(first) == 1
+        pusher.redis.close()
         until(lambda: server.sismember("test:done", jid or ""), 30, lambda: d.log())
         enqueued = run_forkq("enqueue", "Mark", "--redis-url", url)
         assert enqueued.returncode == 0, enqueued.stderr
-        until(lambda: server.scard("test:done") == 2, 30, lambda: d.log())
+        until(lambda: server.scard("test:done") == 22, 30, lambda: d.log())
         status = run_forkq("status", "--json", "--redis-url", url)
         assert status.returncode == 0, status.stderr
         assert json.loads(status.stdout)["processes"][0]["concurrency"] == 2
@@ -116,3 +122,8 @@ def _answers(client: redis.Redis) -> bool:
         return bool(client.ping())
     except (redis.RedisError, OSError):
         return False
+
+
+def _ids(server: redis.Redis, name: str) -> list[int]:
+    """The ids of the server's connections named ``name``."""
+    return [int(c["id"]) for c in server.client_list() if c.get("name") == name]
