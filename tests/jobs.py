@@ -253,3 +253,14 @@ class Mark(Job, name="Mark"):
 
     def perform(self, *args: Any) -> None:
         clients.default().redis.sadd("test:done", self.jid)
+
+
+HELD_FILES: list[int] = []
+
+
+@job(name="hold_files", retry=False)
+def hold_files(count: int) -> None:
+    """Opens ``count`` files and keeps them open (a job that leaks file descriptors), then
+    records that it ran."""
+    HELD_FILES.extend(os.open(os.devnull, os.O_RDONLY) for _ in range(count))
+    _note("test:ran", jid="hold_files", top_fd=max(HELD_FILES), pid=os.getpid())

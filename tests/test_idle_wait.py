@@ -9,6 +9,7 @@ server that closes idle connections (``timeout``) costs the waiting processors n
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import statistics
 import threading
@@ -213,3 +214,24 @@ def test_a_daemon_on_a_server_that_closes_idle_connections_sees_no_outage(
 def _blocking_moves(rc: redis.Redis) -> int:
     """How many BLMOVE commands the server has run."""
     return int(rc.info("commandstats").get("cmdstat_blmove", {}).get("calls", 0))
+
+
+def test_a_processor_whose_job_holds_a_thousand_files_waits_and_runs_on(
+        r: redis.Redis, daemon: Any) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert hard >= 2048, f"this test needs an open-files hard limit of 2048 or more, not {hard}"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))  # the daemon inherits
+    try:
+        push(r, "hold_files", 1100)  # its first job: it has no waiting connection yet
+        d = daemon("concurrency: 1\nrequire: jobs\n")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    until(lambda: records(r), 15, lambda: d.log())
+    assert records(r)[0]["top_fd"] >= 1100
+    # idle now, waiting on a connection opened past fd 1024 (past select's limit)
+    until(lambda: int(r.info("clients")["blocked_clients"]) == 1, 15, lambda: d.log())
+    jid = push(r, "Record", "after")
+    until(lambda: jid in [row["jid"] for row in records(r)], 15, lambda: d.log())
+    held, after = records(r)
+    assert held["pid"] == after["pid"], d.log()  # the same processor: it never crashed
+    assert "Traceback" not in d.log() and "exited with status" not in d.log(), d.log()

@@ -17,6 +17,7 @@ import redis.utils
 
 from forkq import keys, scripts, wirejson
 from forkq import payload as job
+from forkq.daemon import pipes
 from forkq.daemon.children import failures, fetch, lanes
 from forkq.daemon.children.batch_size import BatchSize
 from forkq.daemon.signals import SelfPipe
@@ -244,6 +245,23 @@ def test_self_pipe_records_signals_in_order() -> None:
         assert pipe.wait(0.0) == ([], [])
     finally:
         pipe.close()
+
+
+def test_a_wait_on_fds_past_1024_works_where_select_refuses() -> None:
+    read_fd, write_fd = pipes.pipe()
+    high = os.dup2(read_fd, 1500)  # what a process holding a thousand files gets next
+    try:
+        assert pipes.readable([high], 0.0) == []
+        os.write(write_fd, b"!")
+        assert pipes.readable([high, read_fd], 1.0) == [high, read_fd]
+        pipe = SelfPipe([signal.SIGUSR1])
+        try:
+            assert pipe.wait(0.0, also=[high]) == ([], [high])
+        finally:
+            pipe.close()
+    finally:
+        for fd in (high, read_fd, write_fd):
+            os.close(fd)
 
 
 def test_lane_keys_name_their_owner_and_child() -> None:

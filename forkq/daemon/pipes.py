@@ -1,4 +1,5 @@
-"""Pipes for the daemon's wakeups and reports, made the same way on every POSIX system.
+"""Pipes for the daemon's wakeups and reports, made the same way on every POSIX system, and
+the one way the daemon waits for any of several fds (:func:`readable`).
 
 ``os.pipe2`` exists on Linux and the BSDs but not on macOS; ``os.pipe`` gives close-on-exec
 ends everywhere (PEP 446: through ``pipe2(O_CLOEXEC)`` where it exists), and
@@ -8,6 +9,8 @@ ends everywhere (PEP 446: through ``pipe2(O_CLOEXEC)`` where it exists), and
 from __future__ import annotations
 
 import os
+import select
+from collections.abc import Iterable
 
 
 def pipe(*, nonblocking: bool = False) -> tuple[int, int]:
@@ -18,3 +21,15 @@ def pipe(*, nonblocking: bool = False) -> tuple[int, int]:
         os.set_blocking(read_fd, False)
         os.set_blocking(write_fd, False)
     return read_fd, write_fd
+
+
+def readable(fds: Iterable[int], timeout: float) -> list[int]:
+    """The fds of ``fds`` that became readable within ``timeout`` seconds (0 or less: a
+    check that does not block); a hang-up or an error counts as readable (the read then
+    tells which). ``poll``, not ``select``: a job that holds a thousand files leaves the
+    daemon's next connection at an fd number past ``select``'s limit of 1024, where
+    ``select`` raises ValueError."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return [fd for fd, _ in poller.poll(max(timeout, 0.0) * 1000)]

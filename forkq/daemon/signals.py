@@ -3,7 +3,7 @@
 :class:`SelfPipe` installs a handler that does nothing for each signal it
 watches and points :func:`signal.set_wakeup_fd` at a non-blocking pipe, so the C
 level handler writes the signal number into the pipe. The owning loop calls
-:meth:`SelfPipe.wait` (select on the pipe, plus any other fds) and gets the
+:meth:`SelfPipe.wait` (poll on the pipe, plus any other fds) and gets the
 signals received, in order. No logging, waiting or raising ever happens in a
 handler.
 """
@@ -11,7 +11,6 @@ handler.
 from __future__ import annotations
 
 import os
-import select
 import signal
 from collections.abc import Callable, Iterable
 from types import FrameType
@@ -41,7 +40,7 @@ class SelfPipe:
 
     @property
     def fd(self) -> int:
-        """The read end, for callers that select on several fds."""
+        """The read end, for callers that wait on several fds."""
         return self._read_fd
 
     def wait(
@@ -52,10 +51,7 @@ class SelfPipe:
         Returns the signals received (oldest first) and the ``also`` fds that are readable.
         """
         fds = [self._read_fd, *also]
-        try:
-            readable, _, _ = select.select(fds, [], [], max(timeout, 0.0))
-        except InterruptedError:  # pragma: no cover - PEP 475 retries select
-            readable = []
+        readable = pipes.readable(fds, timeout)
         ready = [fd for fd in readable if fd != self._read_fd]
         return self.drain(), ready
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import select
 import tempfile
 
 from forkq.daemon import pipes
@@ -58,7 +57,7 @@ class WatchToken:
     def wait(self, timeout: float, wake_fd: int) -> bool:
         """Wait up to ``timeout`` for a ring or for ``wake_fd``; True when ``wake_fd`` is
         readable. A ring is consumed (all of it: every waiter woke and tries the token)."""
-        readable, _, _ = select.select([self._bell_read, wake_fd], [], [], max(timeout, 0.0))
+        readable = pipes.readable([self._bell_read, wake_fd], timeout)
         if self._bell_read in readable:
             with contextlib.suppress(OSError):
                 os.read(self._bell_read, 4096)

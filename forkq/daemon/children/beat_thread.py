@@ -45,7 +45,6 @@ import contextlib
 import json
 import logging
 import os
-import select
 import signal
 import sys
 import threading
@@ -136,7 +135,7 @@ class BeatThread:
 
     def _sleep(self) -> None:
         """Wait up to INTERVAL, or until woken; swallow the wake bytes."""
-        readable, _, _ = select.select([self._wake_read], [], [], INTERVAL)
+        readable = pipes.readable([self._wake_read], INTERVAL)
         if readable:
             with contextlib.suppress(OSError):
                 os.read(self._wake_read, 512)

@@ -21,12 +21,12 @@ front of its queue when it settles the exited child.
 
 from __future__ import annotations
 
-import select
 from typing import Any
 
 import redis
 
 from forkq import keys
+from forkq.daemon import pipes
 from forkq.round_trips import drop_if_closed
 
 NAME_PREFIX = keys.WAITER_PREFIX
@@ -60,8 +60,9 @@ class BlockingWait:
         try:
             conn = self._connection()
             conn.send_command("BLMOVE", self._queue, self._inflight, "RIGHT", "RIGHT", timeout)
-            readable, _, _ = select.select([conn._sock, wake_fd], [], [], timeout + 5)
-            if conn._sock not in readable:
+            sock = conn._sock.fileno()
+            readable = pipes.readable([sock, wake_fd], timeout + 5)
+            if sock not in readable:
                 self.close()
                 return WAKE if wake_fd in readable else None
             job: bytes | None = conn.read_response()

@@ -5,7 +5,7 @@ broadcast invalidations of every key under some prefixes (``CLIENT TRACKING ON
 REDIRECT <itself> BCAST PREFIX queue:``, Redis >= 6.0 / Valkey) and subscribes to
 ``__redis__:invalidate``. Any write to such a key, by any client (Ruby's too),
 makes that connection readable within a millisecond, so an idle processor
-blocks in ``select`` and fetches again when woken. The scheduler watches
+blocks in ``poll`` and fetches again when woken. The scheduler watches
 ``schedule``, ``retry`` and ``forkq:leader`` the same way. Messages only ever cause an
 extra fetch, never a missed one: the watch is armed before the processor's
 first fetch and stays armed.
@@ -24,10 +24,11 @@ A broken watch connection is reopened on the next wait. No keys are written.
 from __future__ import annotations
 
 import logging
-import select
 from typing import Any
 
 import redis
+
+from forkq.daemon import pipes
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class QueueWatch:
                 return False
             if self._drain():
                 return False
-            readable, _, _ = select.select([self._conn._sock, wake_fd], [], [], timeout)
+            readable = pipes.readable([self._conn._sock.fileno(), wake_fd], timeout)
             self._drain()
         except Exception:  # noqa: BLE001 - drop the connection; reopened on next wait
             self.close()
@@ -106,7 +107,7 @@ class QueueWatch:
 
     def fileno(self) -> int | None:
         """The watch connection's socket, readable when a watched key changed (for a caller
-        with its own select); None while it is not open, refused or paused."""
+        with its own poll); None while it is not open, refused or paused."""
         if self._conn is None or self._paused or self._conn._sock is None:
             return None
         return int(self._conn._sock.fileno())
@@ -171,5 +172,4 @@ class QueueWatch:
 
 
 def _wait_fd(fd: int, timeout: float) -> bool:
-    readable, _, _ = select.select([fd], [], [], timeout)
-    return bool(readable)
+    return bool(pipes.readable([fd], timeout))
