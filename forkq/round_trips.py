@@ -64,8 +64,12 @@ def drop_if_closed(conn: Any) -> None:
     if sock is None:
         return
     poller = select.poll()
-    poller.register(sock.fileno(), select.POLLIN)
-    if poller.poll(0):
+    try:
+        poller.register(sock.fileno(), select.POLLIN)  # -1 (ValueError): closed under us
+        closed = bool(poller.poll(0))
+    except (OSError, ValueError):
+        closed = True
+    if closed:
         conn.disconnect()
 
 
@@ -121,9 +125,8 @@ class KeptConnections:
             conn = self._idle.pop()
         except IndexError:
             conn = self._pool.get_connection()  # checked by the pool
-        else:
-            drop_if_closed(conn)
         try:
+            drop_if_closed(conn)
             return exchange(conn, commands)
         finally:
             self._idle.append(conn)

@@ -24,6 +24,7 @@ from forkq import keys
 from forkq.client import Client
 from forkq.daemon import held_jobs
 from forkq.daemon.children.blocking_wait import BlockingWait, name_for
+from forkq.daemon.children.queuewatch import QueueWatch
 from forkq.daemon.master.effects import CANCEL_WATCH
 from forkq.embedded import EmbeddedServer
 
@@ -235,3 +236,25 @@ def test_a_processor_whose_job_holds_a_thousand_files_waits_and_runs_on(
     held, after = records(r)
     assert held["pid"] == after["pid"], d.log()  # the same processor: it never crashed
     assert "Traceback" not in d.log() and "exited with status" not in d.log(), d.log()
+
+
+@pytest.mark.parametrize("then", ["arm", "wait"])
+def test_a_paused_watch_the_server_closed_is_replaced_before_the_next_fetch(
+        r: redis.Redis, then: str) -> None:
+    watch = QueueWatch(r, name="paused-watch")
+    read_fd, write_fd = os.pipe()
+    try:
+        watch.open()
+        watch.pause()  # busy: unsubscribed, an idle client to the server's timeout
+        [paused] = [c["id"] for c in r.client_list() if c["name"] == "paused-watch"]
+        assert r.client_kill_filter(_id=paused) == 1
+        if then == "arm":  # the processor took the watch token: armed before its fetch
+            watch.arm()
+        else:  # the watcher's next wait: subscribes again, returns for a fetch
+            assert watch.wait(5, read_fd) is False
+        r.lpush("queue:pushed-after", "job")  # after the fetch that follows: must wake it
+        until(watch.consume, 5, "the push after the fetch was missed")
+    finally:
+        watch.close()
+        os.close(read_fd)
+        os.close(write_fd)

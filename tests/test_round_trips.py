@@ -165,12 +165,14 @@ def test_a_push_after_the_servers_idle_timeout_closed_the_connection_lands_once(
         try:
             r.config_set("timeout", 1)  # the server closes a client idle for a second
             client = clients.Client(url=f"unix://{srv.socket}?client_name=idle-pusher")
-            first = client.push({"class": "Kept", "args": [1]})
-            assert wait_for(lambda: named(r, "idle-pusher") == [], 10)  # closed by the server
-            second = client.push({"class": "Kept", "args": [2]})
-            queued = [json.loads(job)["jid"] for job in r.lrange("queue:default", 0, -1)]
-            assert queued == [second, first]
-            client.redis.close()
+            try:
+                first = client.push({"class": "Kept", "args": [1]})
+                assert wait_for(lambda: named(r, "idle-pusher") == [], 10)  # the server closed it
+                second = client.push({"class": "Kept", "args": [2]})
+                queued = [json.loads(job)["jid"] for job in r.lrange("queue:default", 0, -1)]
+                assert queued == [second, first]
+            finally:
+                client.redis.close()
         finally:
             r.close()
 

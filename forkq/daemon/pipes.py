@@ -8,9 +8,13 @@ ends everywhere (PEP 446: through ``pipe2(O_CLOEXEC)`` where it exists), and
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 from collections.abc import Iterable
+
+LONGEST_WAIT = 86400.0
+"""The longest :func:`readable` waits, in seconds (``poll`` takes at most ~24.8 days)."""
 
 
 def pipe(*, nonblocking: bool = False) -> tuple[int, int]:
@@ -25,11 +29,16 @@ def pipe(*, nonblocking: bool = False) -> tuple[int, int]:
 
 def readable(fds: Iterable[int], timeout: float) -> list[int]:
     """The fds of ``fds`` that became readable within ``timeout`` seconds (0 or less: a
-    check that does not block); a hang-up or an error counts as readable (the read then
-    tells which). ``poll``, not ``select``: a job that holds a thousand files leaves the
-    daemon's next connection at an fd number past ``select``'s limit of 1024, where
+    check that does not block; at most :data:`LONGEST_WAIT`); a hang-up or an error counts
+    as readable (the read then tells which). OSError(EBADF) when one of ``fds`` is not open,
+    as ``select`` raised. ``poll``, not ``select``: a job that holds a thousand files leaves
+    the daemon's next connection at an fd number past ``select``'s limit of 1024, where
     ``select`` raises ValueError."""
     poller = select.poll()
     for fd in fds:
         poller.register(fd, select.POLLIN)
-    return [fd for fd, _ in poller.poll(max(timeout, 0.0) * 1000)]
+    events = poller.poll(min(max(timeout, 0.0), LONGEST_WAIT) * 1000)
+    for fd, event in events:
+        if event & select.POLLNVAL:
+            raise OSError(errno.EBADF, f"fd {fd} is not open")
+    return [fd for fd, _ in events]

@@ -60,9 +60,9 @@ class BlockingWait:
         try:
             conn = self._connection()
             conn.send_command("BLMOVE", self._queue, self._inflight, "RIGHT", "RIGHT", timeout)
-            sock = conn._sock.fileno()
-            readable = pipes.readable([sock, wake_fd], timeout + 5)
-            if sock not in readable:
+            fd = conn._sock.fileno()
+            readable = pipes.readable([fd, wake_fd], timeout + 5)
+            if fd not in readable:
                 self.close()
                 return WAKE if wake_fd in readable else None
             job: bytes | None = conn.read_response()
@@ -72,6 +72,9 @@ class BlockingWait:
         return job
 
     def _connection(self) -> Any:
+        """The waiting connection, connected and named: a new one when there is none or the
+        server closed it since the last wait (a new connection, not a reconnect, which
+        would lose the ``CLIENT SETNAME`` that :func:`end_waiters` finds it by)."""
         if self._conn is not None:
             drop_if_closed(self._conn)
             if self._conn._sock is None:  # the server closed it since the last wait

@@ -94,7 +94,7 @@ class QueueWatch:
             return _wait_fd(wake_fd, min(timeout, POLL_INTERVAL))
         try:
             if self._paused:
-                self._resume()
+                self._rearm()
                 return False
             if self._drain():
                 return False
@@ -131,7 +131,7 @@ class QueueWatch:
             if self._conn is None:
                 self.open()
             elif self._paused:
-                self._resume()
+                self._rearm()
         except Exception:  # noqa: BLE001 - reported by the next fetch if Redis is down
             self.close()
 
@@ -145,6 +145,17 @@ class QueueWatch:
             self.close()
             return
         self._paused = True
+
+    def _rearm(self) -> None:
+        """Subscribe again after :meth:`pause`. A paused connection the server closed
+        meanwhile (a client no longer subscribed is idle for the server's ``timeout``) is
+        replaced by a new one at once, so the subscription still comes before the fetch
+        that follows. Raises what opening raises."""
+        try:
+            self._resume()
+        except Exception:  # noqa: BLE001 - replaced below
+            self.close()
+            self.open()
 
     def _resume(self) -> None:
         """Subscribe again, discarding what arrived before the unsubscribe took effect."""

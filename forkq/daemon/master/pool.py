@@ -100,7 +100,7 @@ class Pool:
     # -- queries -----------------------------------------------------------------------------
 
     def report_fds(self) -> list[int]:
-        """The boot-report pipes still open, for the master's select."""
+        """The boot-report pipes still open, for the master's wait."""
         return [c.report_fd for c in self.children.values() if c.report_fd is not None]
 
     def next_wake(self, now: float) -> float | None:
