@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 import redis
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import Select
 
 from forkq.client import Client
@@ -65,15 +65,26 @@ def _search(driver: WebDriver, page: str, query: str, field: str = "any") -> lis
     box.send_keys(query)
     Select(driver.find_element(By.CSS_SELECTOR, f"{form} select[name=field]")).select_by_value(
         field)
-    before = driver.find_element(By.TAG_NAME, "html")
+    driver.execute_script("window.forkqBeforeSearch = true;")  # gone with this document
     box.send_keys(Keys.ENTER)
     # The page before (an earlier search) matches any test of the URL or of the page's
     # elements, and the new one is read while it loads: wait until the old document is gone,
     # the new one is whole and its URL asks for this search.
-    wait_until(driver, lambda d: staleness_of(before)(d) and d.execute_script(
-        "return document.readyState") == "complete" and _asks(d.current_url, query, field)
-        and d.find_elements(By.ID, f"page-{page}"), 10, "the search did not load")
+    wait_until(driver, lambda d: _loaded(d, query, field) and d.find_elements(
+        By.ID, f"page-{page}"), 10, "the search did not load")
     return rows(driver, f"{page}-table", "data-jid")
+
+
+def _loaded(driver: WebDriver, query: str, field: str) -> bool:
+    """Whether the document that replaced the one marked before the search is whole and
+    asks for ``query`` in ``field`` (False while the browser is between documents: it
+    answers with an error then)."""
+    try:
+        state = driver.execute_script(
+            "return window.forkqBeforeSearch ? 'old' : document.readyState;")
+        return state == "complete" and _asks(driver.current_url, query, field)
+    except WebDriverException:
+        return False
 
 
 def _asks(url: str, query: str, field: str) -> bool:
