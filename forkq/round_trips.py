@@ -7,9 +7,10 @@ other error (connect, write, timeout) drops the connection, so no stale reply is
 it, and propagates.
 
 A connection kept between calls is checked before each use (:func:`drop_if_closed`, one
-``poll``): one the server closed while it sat idle (its ``timeout``, a restart, a failover,
+``poll``): one the server closed while it sat idle (its ``timeout``, a restart,
 ``CLIENT KILL``) is replaced there, before anything is sent, so the call goes through
-instead of failing with "Broken pipe".
+instead of failing with "Broken pipe". (One that died without the server closing it — a
+host gone, a network cut — looks healthy until the call fails.)
 
 Two ways to get the connection:
 
