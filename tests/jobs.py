@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -264,3 +265,11 @@ def hold_files(count: int) -> None:
     records that it ran."""
     HELD_FILES.extend(os.open(os.devnull, os.O_RDONLY) for _ in range(count))
     _note("test:ran", jid="hold_files", top_fd=max(HELD_FILES), pid=os.getpid())
+
+
+@job(name="close_stderr", retry=False)
+def close_stderr() -> None:
+    """Closes ``sys.stderr`` (a job that tidies up what is not its own), then records that
+    it ran."""
+    sys.stderr.close()
+    _note("test:ran", jid="close_stderr", pid=os.getpid())

@@ -20,7 +20,7 @@ from forkq.client import Client
 from forkq.connection import identified
 from forkq.embedded import EmbeddedServer, find_binary
 
-from .conftest import elapsed_since, holding, records, until
+from .conftest import elapsed_since, holding, push, records, until
 
 WEIGHTED = """
 concurrency: 4
@@ -316,3 +316,16 @@ def _where_missing(r: redis.Redis, total: int, d: Any) -> Callable[[], str]:
 
     return explain
 
+
+
+def test_a_job_that_closes_stderr_leaves_its_processor_running_and_logging(
+        r: redis.Redis, daemon: Callable[..., Any]) -> None:
+    d = daemon("concurrency: 1\nrequire: jobs\n")
+    push(r, "close_stderr")
+    until(lambda: records(r), 15, lambda: d.log())
+    jid = push(r, "Record", "after")
+    until(lambda: len(records(r)) == 2, 15, lambda: d.log())
+    closed, after = records(r)
+    assert closed["pid"] == after["pid"], d.log()  # the same processor: it never crashed
+    until(lambda: f"Record jid={jid} done" in d.log(), 10, lambda: d.log())  # still logging
+    assert "exited with status" not in d.log(), d.log()

@@ -13,10 +13,15 @@ separate its own lines; in its exceptions' messages and notes, newlines are esca
 lines of an exception group's members stay indented under it). A message logged with
 ``extra=MULTILINE`` (TTIN's stack dumps, whose data parts are escaped by the caller) keeps
 its newlines.
+
+Whatever a job does to its process's stderr (closes ``sys.stderr`` or fd 2), the daemon's
+lines go on: they are written to a copy of fd 2 made at :func:`configure`, and a line that
+cannot be written is dropped rather than raised into the code that logged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -111,7 +116,7 @@ def configure(level: str = "info", path: str = "") -> None:
     """
     journald = bool(os.environ.get("JOURNAL_STREAM")) and not path
     fmt = "pid=%(process)d %(role)s %(levelname)s: %(message)s"
-    handler: logging.Handler = _file_handler(path) if path else logging.StreamHandler(sys.stderr)
+    handler: logging.Handler = _file_handler(path) if path else _StderrHandler(_own_stderr())
     handler.setFormatter(_Formatter(fmt if journald else "%(asctime)s " + fmt))
     handler.addFilter(_RoleFilter())
     root = logging.getLogger()
@@ -119,10 +124,40 @@ def configure(level: str = "info", path: str = "") -> None:
     root.setLevel(level.upper())
 
 
+class _DropsUnwritable(logging.Handler):
+    """A handler that never lets a line it could not write reach the code that logged."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        """Let logging report the failure (to ``sys.stderr``); when even that fails (a job
+        closed ``sys.stderr``), drop the line: logging would let that error escape into the
+        code that logged, and a log line is never worth the process."""
+        with contextlib.suppress(Exception):
+            super().handleError(record)
+
+
+class _StderrHandler(_DropsUnwritable, logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to the daemon's own copy of stderr (:func:`_own_stderr`)."""
+
+
+class _FileHandler(_DropsUnwritable, logging.FileHandler):
+    """Appends to the log file."""
+
+
+def _own_stderr() -> Any:
+    """A stream of the daemon's own on a copy of fd 2, so that a job closing ``sys.stderr``
+    (or fd 2) does not silence the daemon's log; ``sys.stderr`` itself when it has no fd."""
+    try:
+        fd = os.dup(sys.stderr.fileno())  # not inherited by a job's subprocesses (PEP 446)
+    except (AttributeError, OSError, ValueError):
+        return sys.stderr
+    return os.fdopen(fd, "w", encoding=sys.stderr.encoding or "utf-8",
+                     errors="backslashreplace", buffering=1)
+
+
 def _file_handler(path: str) -> logging.FileHandler:
     """A handler appending to ``path``; ConfigError naming ``log_file`` when it cannot open."""
     try:
-        return logging.FileHandler(path, encoding="utf-8")
+        return _FileHandler(path, encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"log_file: cannot append to {path!r}: {exc.strerror or exc}") from None
 
