@@ -258,6 +258,12 @@ def until(condition: Callable[[], Any], timeout: float = 15,
         raise AssertionError((message() if callable(message) else message) or "timed out")
 
 
+def named(r: redis.Redis, name: str) -> list[int]:
+    """The ids of the server's connections named ``name`` (of any type: a subscribed one
+    too)."""
+    return [int(c["id"]) for c in r.client_list() if c.get("name") == name]
+
+
 def holding(r: redis.Redis) -> list[bytes]:
     """The in-flight lists that hold a job (an idle processor of one queue keeps its list
     armed: ``[queue:<name>]``, no job)."""

@@ -28,7 +28,7 @@ from forkq.daemon.children.queuewatch import QueueWatch
 from forkq.daemon.master.effects import CANCEL_WATCH
 from forkq.embedded import EmbeddedServer
 
-from .conftest import push, records, throwaway_server, until
+from .conftest import named, push, records, throwaway_server, until
 from .test_sidekiq_interop import _run_ruby
 
 MULTI = "queues: [[critical, 2], default]\n"
@@ -170,13 +170,12 @@ def test_a_waiting_connection_the_server_closed_between_waits_is_replaced(
     try:
         r.lpush("queue:waiting", "first")
         assert waiting.wait(1, read_fd) == b"first"
-        [before] = [c["id"] for c in r.client_list() if c["name"] == name_for(inflight)]
+        [before] = named(r, name_for(inflight))
         assert r.client_kill_filter(_id=before) == 1  # as the server's idle timeout would
         r.lpush("queue:waiting", "second")
         assert waiting.wait(1, read_fd) == b"second"  # no error: a new connection waited
         assert r.lrange(inflight, 0, -1) == [b"first", b"second"]
-        assert [c["id"] for c in r.client_list()
-                if c["name"] == name_for(inflight)] not in ([], [before])
+        assert named(r, name_for(inflight)) not in ([], [before])
     finally:
         waiting.close()
         os.close(read_fd)
@@ -246,7 +245,7 @@ def test_a_paused_watch_the_server_closed_is_replaced_before_the_next_fetch(
     try:
         watch.open()
         watch.pause()  # busy: unsubscribed, an idle client to the server's timeout
-        [paused] = [c["id"] for c in r.client_list() if c["name"] == "paused-watch"]
+        [paused] = named(r, "paused-watch")
         assert r.client_kill_filter(_id=paused) == 1
         if then == "arm":  # the processor took the watch token: armed before its fetch
             watch.arm()

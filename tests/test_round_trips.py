@@ -25,7 +25,7 @@ from forkq.embedded import EmbeddedServer
 from forkq.round_trips import KeptConnections, pack
 from forkq.subprocesses import wait_for
 
-from .conftest import throwaway_server
+from .conftest import named, throwaway_server
 
 CLIENT_ID = [("CLIENT", "ID")]
 
@@ -49,10 +49,6 @@ def kept(url: str) -> Iterator[KeptConnections]:
     yield KeptConnections(client)
     client.close()
 
-
-def named(r: redis.Redis, name: str) -> list[int]:
-    """The ids of the connections named ``name``."""
-    return [int(c["id"]) for c in r.client_list(_type="normal") if c.get("name") == name]
 
 
 @pytest.mark.parametrize("built", ["from a URL", "keeping a forkq-built client"])

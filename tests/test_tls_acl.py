@@ -20,7 +20,7 @@ import redis
 
 from forkq.client import Client, result
 
-from .conftest import ROOT, Daemon, run_forkq, until
+from .conftest import ROOT, Daemon, named, run_forkq, until
 from .topology import PASSWORD, Node, free_port, make_certs
 
 DAEMON = "concurrency: 2\nqueues: [default]\nrequire: jobs\ntimeout: 5\n"
@@ -48,10 +48,10 @@ def test_tls_with_a_client_certificate_serves_the_daemon_the_client_and_the_cli(
         server = node.client(**tls)
         pusher = Client(url=url + "&client_name=tls-pusher")
         jid = pusher.push({"class": "Mark", "args": []})
-        first = _ids(server, "tls-pusher")
+        first = named(server, "tls-pusher")
         for n in range(20):  # its one TLS connection is kept, never taken for a closed one
             pusher.push({"class": "Mark", "args": [n]})
-        assert _ids(server, "tls-pusher") == first and len(first) == 1
+        assert named(server, "tls-pusher") == first and len(first) == 1
         pusher.redis.close()
         until(lambda: server.sismember("test:done", jid or ""), 30, lambda: d.log())
         enqueued = run_forkq("enqueue", "Mark", "--redis-url", url)
@@ -122,8 +122,3 @@ def _answers(client: redis.Redis) -> bool:
         return bool(client.ping())
     except (redis.RedisError, OSError):
         return False
-
-
-def _ids(server: redis.Redis, name: str) -> list[int]:
-    """The ids of the server's connections named ``name``."""
-    return [int(c["id"]) for c in server.client_list() if c.get("name") == name]
