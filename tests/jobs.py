@@ -165,6 +165,15 @@ class Lag(Job, name="Lag"):
               pid=os.getpid())
 
 
+class SlowLag(Job, name="SlowLag"):
+    """Records, as :class:`Lag` does, how long after its push it started, then sleeps."""
+
+    def perform(self, seconds: float) -> None:
+        _note("test:lag", jid=self.jid, lag=time.time() - float(self.payload["enqueued_at"]),
+              pid=os.getpid())
+        time.sleep(seconds)
+
+
 class Hold(Job, name="Hold"):
     """Sleeps ``seconds`` the first time it runs (per ``marker``), at once after that;
     records each start and completion in ``test:ran`` order."""

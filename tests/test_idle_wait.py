@@ -1,9 +1,10 @@
 """How idle processors wait: a push wakes one of them at once, and nothing piles up in Redis.
 
-One queue: idle children wait inside Redis (BLMOVE into their armed in-flight lists), so a
-push is handed to exactly one of them. Several queues: a watch connection, unsubscribed
-while its child is busy. Either way any client's push (Ruby's too) wakes the daemon. A
-server that closes idle connections (``timeout``) costs the waiting processors nothing.
+One queue: two idle children wait inside Redis (BLMOVE into their armed in-flight lists),
+so a push is handed to exactly one of them; the others park and are rung when no listener
+is left. Several queues: one watch connection, unsubscribed while its child is busy.
+Either way any client's push (Ruby's too) wakes the daemon. A server that closes idle
+connections (``timeout``) costs the waiting processors nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import statistics
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +28,7 @@ from forkq.daemon import held_jobs
 from forkq.daemon.children.blocking_wait import BlockingWait, name_for
 from forkq.daemon.children.queuewatch import QueueWatch
 from forkq.daemon.master.effects import CANCEL_WATCH
+from forkq.daemon.seat import BLOCKING_SEATS
 from forkq.embedded import EmbeddedServer
 
 from .conftest import named, push, records, throwaway_server, until
@@ -58,17 +61,70 @@ def test_a_ruby_push_wakes_an_idle_daemon_at_once(r: redis.Redis, daemon: Any, s
 def test_a_push_to_one_queue_wakes_one_idle_child(r: redis.Redis, daemon: Any) -> None:
     d = daemon("concurrency: 4\nrequire: jobs\nlog_level: warning\n")
     d.wait_children(4)
-    until(lambda: int(r.info("clients")["blocked_clients"]) == 4, 15,
-          "the idle children are not waiting in Redis")
+    until(lambda: _blocked(r) == BLOCKING_SEATS, 15, "the idle children are not waiting")
     client, jobs = Client(r), 20
     before, started = _script_calls(r), time.monotonic()
     for n in range(jobs):
+        until(lambda: _blocked(r) == BLOCKING_SEATS, 5)  # idle: both listeners wait
         client.push({"class": "Lag", "args": [n]})
         until(lambda n=n: r.llen("test:lag") == n + 1, 5)
     calls = _script_calls(r) - before
-    timeouts = 4 * (int((time.monotonic() - started) / 2) + 1)  # each waits 2 s at a time
-    # a broadcast wake would cost every idle child a fetch per push: 4 per job here
+    timeouts = 4 * (int((time.monotonic() - started) / 2) + 1)  # each fetches every 2 s
+    # a broadcast wake would cost every idle child a fetch per push: 4 per job here; the
+    # child that took the push fetches once after its job
     assert calls <= jobs + timeouts, (calls, timeouts)
+
+
+def test_two_idle_processors_of_one_queue_wait_in_redis_and_the_others_park(
+        r: redis.Redis, daemon: Any) -> None:
+    d = daemon("concurrency: 4\nrequire: jobs\nlog_level: warning\n")
+    d.wait_children(4)
+    until(lambda: _blocked(r) == BLOCKING_SEATS, 15, "the idle children are not waiting")
+    seen, deadline = set(), time.monotonic() + 3  # past a parked processor's own 2 s fetch
+    while time.monotonic() < deadline:
+        seen.add(_blocked(r))
+    assert max(seen) == BLOCKING_SEATS, seen  # a parked processor fetches, then parks again
+    jid = push(r, "Record", "after")
+    until(lambda: jid in [row["jid"] for row in records(r)], 5, d.log)
+
+
+@pytest.mark.parametrize("queues", ["", MULTI], ids=["one-queue", "weighted-queues"])
+def test_a_burst_to_an_idle_daemon_starts_on_every_processor_at_once(
+        r: redis.Redis, daemon: Any, queues: str) -> None:
+    d = daemon(f"concurrency: 4\nrequire: jobs\nlog_level: warning\n{queues}")
+    d.wait_children(4)
+    until(lambda: r.scard(keys.INFLIGHT_REGISTRY) == 4, 15, "the children did not register")
+    if not queues:  # two wait in Redis, two are parked
+        until(lambda: _blocked(r) == BLOCKING_SEATS, 15, "the idle children are not waiting")
+    Client(r).push_bulk({"class": "SlowLag", "args": [[3]] * 4})
+    until(lambda: r.llen("test:lag") == 4, 10, d.log)
+    rows = records(r, "test:lag")
+    # each processor that takes a job rings a parked one while no seat is held: all four
+    # start at once, not when the parked ones fetch on their own (2 s)
+    assert len({row["pid"] for row in rows}) == 4, rows
+    assert max(row["lag"] for row in rows) < 1.0, rows
+
+
+def test_a_reload_that_raises_concurrency_seats_the_new_processors(
+        r: redis.Redis, daemon: Any) -> None:
+    d = daemon("concurrency: 2\nrequire: jobs\nlog_level: warning\n")
+    d.wait_children(2)
+    path = Path(d.config_file)
+    path.write_text(path.read_text().replace("concurrency: 2", "concurrency: 5"))
+    d.signal(signal.SIGHUP)
+    d.wait_children(5)
+    until(lambda: r.scard(keys.INFLIGHT_REGISTRY) == 5, 15, d.log)
+    Client(r).push_bulk({"class": "SlowLag", "args": [[3]] * 5})
+    until(lambda: r.llen("test:lag") == 5, 10, d.log)
+    rows = records(r, "test:lag")
+    assert len({row["pid"] for row in rows}) == 5, rows
+    assert max(row["lag"] for row in rows) < 1.0, rows
+    assert "Traceback" not in d.log(), d.log()
+
+
+def _blocked(r: redis.Redis) -> int:
+    """How many clients wait in a blocking command."""
+    return int(r.info("clients")["blocked_clients"])
 
 
 def test_a_push_to_a_daemon_of_several_queues_wakes_one_watcher(r: redis.Redis,
@@ -94,22 +150,24 @@ def test_a_push_to_a_daemon_of_several_queues_wakes_one_watcher(r: redis.Redis,
     assert statistics.median(lags) < 0.25, lags
 
 
-def test_a_killed_watcher_is_replaced_at_once(r: redis.Redis, daemon: Any) -> None:
-    d = daemon(f"concurrency: 3\nrequire: jobs\nlog_level: warning\n{MULTI}")
+@pytest.mark.parametrize("queues", ["", MULTI], ids=["one-queue", "weighted-queues"])
+def test_a_killed_listener_is_replaced_at_once(r: redis.Redis, daemon: Any,
+                                               queues: str) -> None:
+    d = daemon(f"concurrency: 3\nrequire: jobs\nlog_level: warning\n{queues}")
     d.wait_children(3)
     until(lambda: r.scard(keys.INFLIGHT_REGISTRY) == 3, 15, "the children did not register")
-    client = Client(r)
+    client, queue = Client(r), "critical" if queues else "default"
     client.push({"class": "Lag", "args": ["first"], "queue": "default"})
     until(lambda: r.llen("test:lag") == 1)
-    for child in d.children():  # kill them one after the other: the watcher among them
+    for child in d.children():  # kill them one after the other: the listeners among them
         os.kill(child.pid, signal.SIGKILL)
         d.wait_children(3)
         until(lambda: r.scard(keys.INFLIGHT_REGISTRY) == 3, 15)
         pushed = r.llen("test:lag")
-        client.push({"class": "Lag", "args": ["after"], "queue": "critical"})
+        client.push({"class": "Lag", "args": ["after"], "queue": queue})
         until(lambda pushed=pushed: r.llen("test:lag") == pushed + 1, 5)
     lags = [row["lag"] for row in records(r, "test:lag")[1:]]
-    assert max(lags) < 1.0, lags  # not the 2 s poll: a watcher took over
+    assert max(lags) < 1.0, lags  # not the 2 s poll: a listener took over
 
 
 @pytest.mark.parametrize("queues", ["", MULTI], ids=["one-queue", "weighted-queues"])

@@ -55,7 +55,7 @@ from forkq.daemon.children.queuewatch import QUEUE_WATCH, QueueWatch
 from forkq.daemon.outage import Outage
 from forkq.daemon.progress import Progress
 from forkq.daemon.refusal import Recurring, is_refusal
-from forkq.daemon.watch_token import WatchToken
+from forkq.daemon.seat import BLOCKING_SEATS, Seat
 from forkq.errors import EXIT_CHILD_BOOT, JobError
 from forkq.middleware import ServerChain
 from forkq.registry import Registry
@@ -84,7 +84,7 @@ class Processor:
         middleware: ServerChain,
         report_fd: int | None = None,
         progress: Progress | None = None,
-        watch_token: WatchToken | None = None,
+        seat: Seat | None = None,
     ) -> None:
         self.config = config
         self.report_fd = report_fd
@@ -96,7 +96,7 @@ class Processor:
         self._ack_pending: bytes | None = None  # the last completed job, until acknowledged
         self._done = 0  # completed jobs at the head of the in-flight list, not acknowledged
         self.progress = progress or Progress()
-        self._token = watch_token or WatchToken()
+        self._seat = seat or Seat(slot + 1)
         self._failure: failures.Failure | None = None
         self._failed_job = b""  # the bytes of the job self._failure files
         self._outage = Outage(log)
@@ -114,6 +114,7 @@ class Processor:
             return EXIT_CHILD_BOOT
         while not self.stopping:
             self._guarded(self.loop_once)
+        self._seat.release(self._seats)  # if no one listens now, a parked one will
         self._give_back_held()
         while self._ack_pending is not None or self._failure is not None:
             self._guarded(self._finish)
@@ -164,6 +165,7 @@ class Processor:
         self._beat.held_jids = self._held_jids
         single = self._fetcher.single_queue
         self._blocking = BlockingWait(self.redis, self.inflight_key, single) if single else None
+        self._seats = BLOCKING_SEATS if single else 1  # how many idle processors listen
         self._single = keys.queue_name(single or "")  # the queue a blocking move takes from
         self._watch = QueueWatch(self.redis, prefixes=QUEUE_WATCH)
         self._loop = coroutines.EventLoop()
@@ -186,8 +188,8 @@ class Processor:
             self._outage.refused(exc, "registering the in-flight list (fetches register it)")
         if self._blocking is None:
             self._watch.open()
-            if not self._token.take():
-                self._watch.pause()  # another processor watches (see _idle_watching)
+            if not self._seat.take(self._seats):
+                self._watch.pause()  # another processor listens (see _idle_watching)
         self._registered = True
         self._report("ready")
 
@@ -272,33 +274,44 @@ class Processor:
                 self._stop_if_told(self._pipe.wait(IDLE_WAIT)[0])
                 return None
             self._armed = False
+            if not self._seated():
+                return None
             job = self._blocking.wait(int(IDLE_WAIT), self._pipe.fd)
             if job is WAKE:
                 self._stop_if_told(self._pipe.drain())
             if not isinstance(job, bytes):
                 return None
+            self._seat.release(self._seats)  # busy: if no one listens now, a parked one will
             self.progress.start(job)
             return Fetched(self._single, job)
         self._idle_watching()
         return None
 
     def _idle_watching(self) -> None:
-        """Several queues: the watcher (the token holder) waits on its key watch; the others
-        wait for the token, and fetch only when they take it or every IDLE_WAIT seconds.
-        Returns when it is time to fetch again."""
-        if self._token.take():
+        """Several queues: the seat holder waits on its key watch; the others park. Returns
+        when it is time to fetch again."""
+        if self._seated():
             if self._watch.wait(IDLE_WAIT, self._pipe.fd):
                 self._stop_if_told(self._pipe.drain())
-            return
-        deadline = time.monotonic() + IDLE_WAIT
-        while not self.stopping:
-            if self._token.wait(deadline - time.monotonic(), self._pipe.fd):
+        elif self._seat.held:
+            self._watch.arm()  # subscribed before the fetch that follows
+
+    def _seated(self) -> bool:
+        """True when this processor holds a seat (:mod:`forkq.daemon.seat`) and may listen
+        now. Else it parks until it is rung (it then takes a free seat), a signal arrives, or
+        IDLE_WAIT has passed, and returns False: the caller fetches before it listens."""
+        if self._seat.take(self._seats):
+            return True
+        self._seat.park(self.slot)
+        try:
+            if self._seat.take(self._seats):  # a holder left between the two tries
+                return True
+            if self._seat.wait(self.slot, IDLE_WAIT, self._pipe.fd) == "woken":
                 self._stop_if_told(self._pipe.drain())
-            elif self._token.take():
-                self._watch.arm()  # subscribed before the fetch that follows
-                return
-            if time.monotonic() >= deadline:
-                return
+            self._seat.take(self._seats)
+        finally:
+            self._seat.leave(self.slot)
+        return False
 
     def _settle(self, *, fetch: bool) -> Fetched | None:
         """Acknowledge the last job and/or fetch: the first job fetched (the others of a
@@ -321,7 +334,7 @@ class Processor:
             return None
         if self._blocking is None:
             self._watch.pause()  # busy: no invalidations pile up for this connection
-            self._token.release()  # another idle processor watches now
+        self._seat.release(self._seats)  # if no one listens now, a parked one will
         return found.jobs[0]
 
     def _execute(self, fetched: Fetched) -> None:

@@ -55,7 +55,7 @@ from forkq.daemon.master.heartbeats import LastBeat, busy_entry
 from forkq.daemon.progress import Done, Progress
 from forkq.daemon.refusal import Recurring
 from forkq.daemon.refusal import describe as describe_error
-from forkq.daemon.watch_token import WatchToken
+from forkq.daemon.seat import Seat
 from forkq.middleware import ServerChain
 from forkq.registry import Registry
 
@@ -92,7 +92,8 @@ class Pool:
         self._clock = clock or SystemClock()
         self._pending: dict[int, Gone] = {}  # slot -> a gone child's job still to settle
         self._progress: dict[int, Progress] = {}  # slot -> memory shared with its child
-        self._watch_token = WatchToken()  # which idle child of several queues watches
+        self._seat = Seat(config.concurrency)  # which idle child listens to Redis
+        self._seat_of: dict[int, Seat] = {}  # pid -> the seat its child was forked with
         self._backoff: dict[int, tuple[int, float]] = {}  # slot -> (quick deaths, not before)
         self._boot_failures: dict[int, int] = {}
         self._unsettled = Recurring(log)
@@ -144,6 +145,8 @@ class Pool:
     def spawn(self, slot: int) -> None:
         """Fork one processor child for ``slot``."""
         self._progress.setdefault(slot, Progress())
+        if slot >= self._seat.slots:  # a reload raised concurrency: a seat for the newcomers
+            self._seat = Seat(self.config.concurrency)
         try:
             pid, read_fd = self._processes.fork_reporting(
                 lambda write_fd: self._become_child(slot, write_fd))
@@ -153,6 +156,7 @@ class Pool:
         now = self._clock.monotonic()
         lanes = self.config.async_concurrency if self.config.async_concurrency > 1 else 0
         self.children[pid] = Child(pid, slot, now, read_fd, seen=now, lanes=lanes)
+        self._seat_of[pid] = self._seat
         log.debug("processor-%d started, pid %d", slot, pid)
 
     def _cannot_fork(self, slot: int, exc: OSError) -> None:
@@ -171,8 +175,24 @@ class Pool:
         processor = Processor(self.config, identity=self.identity, slot=slot,
                               registry=self.registry, middleware=self.middleware,
                               report_fd=report_fd, progress=self._progress[slot],
-                              watch_token=self._watch_token)
+                              seat=self._seat)
         return processor.run()
+
+    def _left_seat(self, child: Child) -> None:
+        """A reaped child leaves its seat's registry, and the seat's parked children are rung
+        (if it was the listener, one of them listens at once); a seat no child uses any more,
+        replaced after a reload, is closed."""
+        seat = self._seat_of.pop(child.pid, None)
+        if seat is None:
+            return
+        seat.child_gone(child.slot)
+        if seat is not self._seat and seat not in self._seat_of.values():
+            seat.close()
+
+    def close(self) -> None:
+        """After the last turn: close the seats (no child of this pool is left)."""
+        for seat in {id(seat): seat for seat in (self._seat, *self._seat_of.values())}.values():
+            seat.close()
 
     def close_reports(self) -> None:
         """In a freshly forked child: close the master's ends of the boot-report pipes."""
@@ -300,7 +320,7 @@ class Pool:
         gone = child.killed or self._gone(child, "exit" if told else "crash", how)
         if child.slot in self._progress:
             gone = replace(gone, done=self._progress[child.slot].read())
-        self._watch_token.ring()  # if it was the watcher, another idle child takes over
+        self._left_seat(child)
         if code != 0 and not child.booted and child.killed is None:
             self._boot_failed(child, how)
         elif code != 0 or child.killed is not None:

@@ -168,8 +168,11 @@ class Supervisor:
         return RedisStore(client, self.identity, self.registry)
 
     def close(self) -> None:
-        """After the last turn: stop the embedded server, restore the signal handlers."""
+        """After the last turn: stop the embedded server, restore the signal handlers, close
+        the children's seats."""
         self._stop_embedded()
+        if hasattr(self, "pool"):
+            self.pool.close()
         if hasattr(self, "_pipe"):
             self._pipe.close()
             self._notify.close()

@@ -1,0 +1,152 @@
+"""The seats of idle processors (:mod:`forkq.daemon.seat`), with real forked processes: a
+seat is a record lock, held per process, dropped by the kernel when its holder dies; the
+processor that parked last is rung first, and only when no seat is held any more."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from forkq.daemon.seat import BLOCKING_SEATS, Seat
+
+
+class Holder:
+    """A forked process that takes a seat, tells whether it got one, and gives it up when
+    told (or is killed)."""
+
+    def __init__(self, seat: Seat, seats: int) -> None:
+        order_read, self._order = os.pipe()
+        self._answer, answer_write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # pragma: no cover - the child
+            try:
+                os.close(self._order)
+                os.write(answer_write, b"1" if seat.take(seats) else b"0")
+                os.read(order_read, 1)
+                seat.release(seats)
+                os.write(answer_write, b"r")
+            finally:
+                os._exit(0)
+        os.close(order_read)
+        os.close(answer_write)
+        self.took = os.read(self._answer, 1) == b"1"
+
+    def release(self) -> None:
+        """Give up the seat and wait until it has (and has rung, if it rings)."""
+        os.write(self._order, b"!")
+        assert os.read(self._answer, 1) == b"r"
+        os.waitpid(self.pid, 0)
+        self.pid = 0
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        self.pid = 0
+
+    def close(self) -> None:
+        if self.pid:
+            self.kill()
+        os.close(self._order)
+        os.close(self._answer)
+
+
+@pytest.fixture
+def seat() -> Iterator[Seat]:
+    made = Seat(4)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def never() -> Iterator[int]:
+    """A wake fd that never becomes readable."""
+    read_fd, write_fd = os.pipe()
+    yield read_fd
+    os.close(read_fd)
+    os.close(write_fd)
+
+
+def test_a_seat_is_held_by_one_process_and_freed_by_its_death(seat: Seat) -> None:
+    holder = Holder(seat, 1)
+    try:
+        assert holder.took
+        assert not seat.take(1) and not seat.held
+        holder.kill()  # no release: the kernel drops the lock of a dead process
+        assert seat.take(1) and seat.held
+    finally:
+        holder.close()
+
+
+def test_processors_of_one_queue_hold_two_seats(seat: Seat) -> None:
+    first, second = Holder(seat, BLOCKING_SEATS), Holder(seat, BLOCKING_SEATS)
+    try:
+        assert first.took and second.took
+        assert not seat.take(BLOCKING_SEATS)  # a third idle processor parks
+        first.release()
+        assert seat.take(BLOCKING_SEATS)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_the_processor_that_parked_last_is_rung_first(seat: Seat, never: int) -> None:
+    for slot in (0, 2, 1):
+        seat.park(slot)
+    rung = []
+    for _ in range(4):
+        assert seat.take(1)
+        seat.release(1)  # no seat held any more: rings the latest parked, if any
+        rung.append([slot for slot in range(4) if seat.wait(slot, 0, never) == "rung"])
+    assert rung == [[1], [2], [0], []]
+
+
+def test_a_holder_rings_only_when_no_seat_is_held_any_more(seat: Seat, never: int) -> None:
+    other = Holder(seat, BLOCKING_SEATS)
+    try:
+        assert other.took and seat.take(BLOCKING_SEATS)
+        seat.park(3)
+        seat.release(BLOCKING_SEATS)  # the other still listens: nobody is woken
+        assert seat.wait(3, 0, never) == "timed out"
+        other.release()  # the last listener went busy: the parked processor is rung
+        assert seat.wait(3, 0, never) == "rung"
+    finally:
+        other.close()
+
+
+def test_a_parked_processor_that_left_is_not_rung(seat: Seat, never: int) -> None:
+    seat.park(0)
+    seat.park(1)
+    seat.leave(1)  # it woke on its own (a timeout, a signal)
+    assert seat.take(1)
+    seat.release(1)
+    assert [seat.wait(slot, 0, never) for slot in (0, 1)] == ["rung", "timed out"]
+
+
+def test_a_ring_before_parking_is_dropped_and_a_signal_comes_first(seat: Seat) -> None:
+    seat.park(2)
+    assert seat.take(1)
+    seat.release(1)  # rings slot 2; it wakes on its own before reading the bell
+    seat.leave(2)
+    seat.park(2)  # a new parking: the old ring must not end it at once
+    wake_read, wake_write = os.pipe()
+    try:
+        assert seat.wait(2, 0, wake_read) == "timed out"
+        os.write(wake_write, b"s")
+        seat.child_gone(0)  # rings every slot
+        assert seat.wait(2, 0, wake_read) == "woken"
+    finally:
+        os.close(wake_read)
+        os.close(wake_write)
+
+
+def test_the_master_rings_every_slot_and_forgets_the_gone_one(seat: Seat, never: int) -> None:
+    seat.park(0)
+    seat.park(1)
+    seat.child_gone(1)  # its child died parked (or holding a seat)
+    assert [seat.wait(slot, 0, never) for slot in range(4)] == ["rung"] * 4
+    assert seat.take(1)
+    seat.release(1)
+    assert [seat.wait(slot, 0, never) for slot in (0, 1)] == ["rung", "timed out"]
