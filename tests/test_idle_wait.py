@@ -170,6 +170,25 @@ def test_a_killed_listener_is_replaced_at_once(r: redis.Redis, daemon: Any,
     assert max(lags) < 1.0, lags  # not the 2 s poll: a listener took over
 
 
+def test_killing_both_listeners_hands_the_next_push_to_a_parked_processor(
+        r: redis.Redis, daemon: Any) -> None:
+    d = daemon("concurrency: 3\nrequire: jobs\nlog_level: warning\n")
+    children = {child.pid for child in d.wait_children(3)}
+    until(lambda: _blocked(r) == BLOCKING_SEATS, 15, "the idle children are not waiting")
+    listeners = {int(c["name"].rsplit(":", 1)[1]) for c in r.client_list()
+                 if c["name"].startswith(keys.WAITER_PREFIX)}
+    [parked] = children - listeners
+    for pid in listeners:  # seconds after their fork: respawned only after a 0.5 s backoff
+        os.kill(pid, signal.SIGKILL)
+    jid = push(r, "Lag", "after")
+    until(lambda: r.llen("test:lag") == 1, 5, d.log)
+    [row] = records(r, "test:lag")
+    # the master rang the parked processor when it reaped the listeners (its own fetch
+    # comes every 2 s; the respawned processors 0.5 s after the deaths)
+    assert (row["jid"], row["pid"]) == (jid, parked), (row, parked, d.log())
+    assert row["lag"] < 0.4, row
+
+
 @pytest.mark.parametrize("queues", ["", MULTI], ids=["one-queue", "weighted-queues"])
 def test_busy_children_pile_up_nothing_in_redis(r: redis.Redis, daemon: Any,
                                                 queues: str) -> None:

@@ -150,3 +150,28 @@ def test_the_master_rings_every_slot_and_forgets_the_gone_one(seat: Seat, never:
     assert seat.take(1)
     seat.release(1)
     assert [seat.wait(slot, 0, never) for slot in (0, 1)] == ["rung", "timed out"]
+
+
+def test_a_process_stopped_holding_the_registry_stops_no_other(seat: Seat,
+                                                               never: int) -> None:
+    ready_read, ready_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            with seat._registry():
+                os.write(ready_write, b"!")
+                os.kill(os.getpid(), signal.SIGSTOP)  # as an operator or a debugger may
+        finally:
+            os._exit(0)
+    try:
+        assert os.read(ready_read, 1) == b"!"
+        seat.park(1)  # each of these would wait for ever on a blocking lock
+        assert seat.take(1)
+        seat.release(1)  # without the lock: still rings
+        assert seat.wait(1, 0, never) == "rung"
+        seat.leave(1)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(ready_read)
+        os.close(ready_write)

@@ -1,5 +1,5 @@
-"""Which idle processors of a daemon listen to Redis: at most one or two hold a *seat*; the
-others park, and the most recently idle of them is rung first.
+"""Which idle processors of a daemon listen to Redis: one or two hold a *seat*; the others
+park, and the most recently idle of them is rung first.
 
 Redis hands a push to the client that has waited longest, and a Python process that has
 slept long runs its next job's first steps several times slower than one that ran moments
@@ -12,26 +12,31 @@ A lightly loaded daemon then runs its jobs on the same few processors, whatever 
 How many seats: Redis gives a push to one ``BLMOVE`` waiter, so processors of one queue use
 two (:data:`BLOCKING_SEATS`): while one runs a job the other listens, and they take turns
 without waking anyone (with one seat, each job of a lightly loaded daemon would wake a
-parked processor to listen in its place: measured, 0.2-0.3 ms more CPU per job). A key watch wakes every watcher, so processors of several queues use
-one. A holder that takes a job gives up its seat; if no seat is held any more, it rings the
-processor that parked last, which takes a seat, fetches once (a push made in between is not
-missed) and listens. Every parked processor also fetches on its own every ``IDLE_WAIT``
-seconds, so a lost ring costs at most that.
+parked processor to listen in its place: measured, 0.2-0.3 ms more CPU per job). A key
+watch wakes every watcher, so processors of several queues use one. A holder that takes a
+job, stops or fails a step against Redis gives up its seat; if no seat is held any more, it
+rings the processor that parked last, which takes a seat, fetches once (a push made in
+between is not missed) and listens. Every parked processor also fetches on its own every
+``IDLE_WAIT`` seconds, so a lost ring costs at most that.
 
 No ring is lost: a processor registers as parked *before* it tries the seats a last time,
 and a holder gives up its seat, looks at the others and picks one to ring in one step under
 the registry's lock. So either the last try finds a seat free, or the giver finds the
-registration; of two holders giving up at once, the later sees both seats free.
+registration; of two holders giving up at once, the later sees both seats free. The lock is
+held for microseconds; a process that cannot get it within :data:`REGISTRY_PATIENCE` (its
+holder was stopped with SIGSTOP) goes on without it rather than wait.
 
 A seat is a POSIX record lock (``lockf``) on one byte of an unlinked file the master opens
 before it forks (bytes 0 and 1); byte 8 locks the registry of parked processors, a shared
 mapping of one ``monotonic_ns`` stamp per slot (0: not parked). Such locks belong to a
 process, are not inherited by a fork, and the kernel drops them when the process dies, so a
 dead holder never keeps a seat (the master rings every doorbell when it reaps a child). A
-doorbell is a non-blocking pipe per slot; a ring is one byte, and a parked processor drains
-what it finds. A :class:`Seat` serves ``slots`` slots: the master makes a new one for the
-children it forks after a reload raised ``concurrency`` beyond that
-(:class:`forkq.daemon.master.pool.Pool`).
+doorbell is a non-blocking pipe per slot (two fds per slot in every process of the daemon);
+a ring is one byte, and a parked processor drains what it finds. A :class:`Seat` serves
+``slots`` slots, at least :data:`MIN_SLOTS`: a reload that raises ``concurrency`` beyond
+that gives the processors forked after it a seat of their own
+(:class:`forkq.daemon.master.pool.Pool`), so until the older ones are replaced, each group
+has its own listeners.
 """
 
 from __future__ import annotations
@@ -51,6 +56,11 @@ from forkq.daemon import pipes
 BLOCKING_SEATS = 2
 """Seats of processors that wait with ``BLMOVE`` (one queue); a key watch uses one."""
 _REGISTRY = 8  # the byte whose lock guards the registry of parked processors
+REGISTRY_PATIENCE = 0.01
+"""Seconds a process tries for the registry's lock before it goes on without it."""
+MIN_SLOTS = 16
+"""Slots a seat has at least, so that a reload raising ``concurrency`` up to that keeps one
+seat for all processors."""
 _STAMP = struct.Struct("=Q")
 
 Woken = Literal["woken", "rung", "timed out"]
@@ -66,8 +76,14 @@ class Seat:
         self.slots = slots
         self._file = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as its children
         self._parked = mmap.mmap(-1, _STAMP.size * slots)
-        self._bells = [pipes.pipe(nonblocking=True) for _ in range(slots)]
+        self._bells: list[tuple[int, int]] = []
         self._seat: int | None = None  # the seat this process holds
+        try:
+            for _ in range(slots):
+                self._bells.append(pipes.pipe(nonblocking=True))
+        except OSError:  # out of fds: nothing is left open
+            self.close()
+            raise
 
     @property
     def held(self) -> bool:
@@ -149,11 +165,7 @@ class Seat:
                 os.write(self._bells[slot][1], b"!")
 
     def _lock(self, seat: int) -> bool:
-        try:
-            fcntl.lockf(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB, 1, seat)
-        except OSError:
-            return False
-        return True
+        return _try_lock(self._file.fileno(), seat)
 
     def _unlock(self, seat: int) -> None:
         fcntl.lockf(self._file.fileno(), fcntl.LOCK_UN, 1, seat)
@@ -167,13 +179,32 @@ class Seat:
 
     @contextlib.contextmanager
     def _registry(self) -> Iterator[None]:
+        """The registry's lock, held for a few microseconds by whoever has it: tried for at
+        most :data:`REGISTRY_PATIENCE` seconds, then the step goes on without it (a holder
+        stopped with SIGSTOP must not stop the others; unlocked, two givers may ring the
+        same processor, or a ring may be lost: the 2 s fetch covers that)."""
         fd = self._file.fileno()
-        fcntl.lockf(fd, fcntl.LOCK_EX, 1, _REGISTRY)
+        locked = _try_lock(fd, _REGISTRY)
+        deadline = time.monotonic() + REGISTRY_PATIENCE
+        while not locked and time.monotonic() < deadline:
+            os.sched_yield()
+            locked = _try_lock(fd, _REGISTRY)
         try:
             yield
         finally:
-            fcntl.lockf(fd, fcntl.LOCK_UN, 1, _REGISTRY)
+            if locked:
+                fcntl.lockf(fd, fcntl.LOCK_UN, 1, _REGISTRY)
 
     def _drain(self, slot: int) -> None:
-        with contextlib.suppress(OSError):
-            os.read(self._bells[slot][0], 4096)
+        with contextlib.suppress(OSError):  # empty: BlockingIOError
+            while os.read(self._bells[slot][0], 4096):
+                pass
+
+
+def _try_lock(fd: int, byte: int) -> bool:
+    """Lock ``byte`` of the file for this process without waiting; whether it did."""
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, byte)
+    except OSError:
+        return False
+    return True

@@ -114,7 +114,7 @@ class Processor:
             return EXIT_CHILD_BOOT
         while not self.stopping:
             self._guarded(self.loop_once)
-        self._seat.release(self._seats)  # if no one listens now, a parked one will
+        self._leave_seat()
         self._give_back_held()
         while self._ack_pending is not None or self._failure is not None:
             self._guarded(self._finish)
@@ -281,7 +281,7 @@ class Processor:
                 self._stop_if_told(self._pipe.drain())
             if not isinstance(job, bytes):
                 return None
-            self._seat.release(self._seats)  # busy: if no one listens now, a parked one will
+            self._leave_seat()  # busy
             self.progress.start(job)
             return Fetched(self._single, job)
         self._idle_watching()
@@ -298,8 +298,8 @@ class Processor:
 
     def _seated(self) -> bool:
         """True when this processor holds a seat (:mod:`forkq.daemon.seat`) and may listen
-        now. Else it parks until it is rung (it then takes a free seat), a signal arrives, or
-        IDLE_WAIT has passed, and returns False: the caller fetches before it listens."""
+        now. Else it parks until it is rung, a signal arrives, or IDLE_WAIT has passed, takes
+        a seat if one is free, and returns False: the caller fetches before it listens."""
         if self._seat.take(self._seats):
             return True
         self._seat.park(self.slot)
@@ -312,6 +312,14 @@ class Processor:
         finally:
             self._seat.leave(self.slot)
         return False
+
+    def _leave_seat(self) -> None:
+        """Stop listening (busy, stopping, or backing off after an error): pause the key
+        watch, so no invalidations pile up for a connection nobody reads, and give up the
+        seat; if no one listens now, a parked processor is rung."""
+        if self._blocking is None:
+            self._watch.pause()
+        self._seat.release(self._seats)
 
     def _settle(self, *, fetch: bool) -> Fetched | None:
         """Acknowledge the last job and/or fetch: the first job fetched (the others of a
@@ -332,9 +340,7 @@ class Processor:
         self._armed = arm and not found.jobs and not found.skipped and not found.paused
         if not found.jobs:
             return None
-        if self._blocking is None:
-            self._watch.pause()  # busy: no invalidations pile up for this connection
-        self._seat.release(self._seats)  # if no one listens now, a parked one will
+        self._leave_seat()  # busy
         return found.jobs[0]
 
     def _execute(self, fetched: Fetched) -> None:
@@ -391,6 +397,7 @@ class Processor:
         try:
             step()
         except redis.RedisError as exc:
+            self._leave_seat()  # not listening while it backs off: another processor will
             lasted = self._outage.failed(exc, "this processor's step")
             backoff = REFUSED_WAIT if is_refusal(exc) else min(0.1 * 2 ** min(int(lasted), 5),
                                                                 2.0)

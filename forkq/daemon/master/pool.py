@@ -55,7 +55,7 @@ from forkq.daemon.master.heartbeats import LastBeat, busy_entry
 from forkq.daemon.progress import Done, Progress
 from forkq.daemon.refusal import Recurring
 from forkq.daemon.refusal import describe as describe_error
-from forkq.daemon.seat import Seat
+from forkq.daemon.seat import MIN_SLOTS, Seat
 from forkq.middleware import ServerChain
 from forkq.registry import Registry
 
@@ -92,7 +92,7 @@ class Pool:
         self._clock = clock or SystemClock()
         self._pending: dict[int, Gone] = {}  # slot -> a gone child's job still to settle
         self._progress: dict[int, Progress] = {}  # slot -> memory shared with its child
-        self._seat = Seat(config.concurrency)  # which idle child listens to Redis
+        self._seat = Seat(max(config.concurrency, MIN_SLOTS))  # which idle children listen
         self._seat_of: dict[int, Seat] = {}  # pid -> the seat its child was forked with
         self._backoff: dict[int, tuple[int, float]] = {}  # slot -> (quick deaths, not before)
         self._boot_failures: dict[int, int] = {}
@@ -145,9 +145,9 @@ class Pool:
     def spawn(self, slot: int) -> None:
         """Fork one processor child for ``slot``."""
         self._progress.setdefault(slot, Progress())
-        if slot >= self._seat.slots:  # a reload raised concurrency: a seat for the newcomers
-            self._seat = Seat(self.config.concurrency)
         try:
+            if slot >= self._seat.slots:  # a reload raised concurrency: seats for newcomers
+                self._replace_seat()
             pid, read_fd = self._processes.fork_reporting(
                 lambda write_fd: self._become_child(slot, write_fd))
         except OSError as exc:
@@ -168,6 +168,9 @@ class Pool:
         The signals stay blocked until its handlers are installed."""
         self._in_child()
         self.close_reports()
+        for seat in {id(seat): seat for seat in self._seat_of.values()}.values():
+            if seat is not self._seat:  # an older generation's: not this child's
+                seat.close()
         if self.config.async_concurrency > 1:
             return Lanes(self.config, identity=self.identity, slot=slot,
                          registry=self.registry, middleware=self.middleware,
@@ -177,6 +180,13 @@ class Pool:
                               report_fd=report_fd, progress=self._progress[slot],
                               seat=self._seat)
         return processor.run()
+
+    def _replace_seat(self) -> None:
+        """A new seat for the children forked from now on; the old one is closed here once
+        none of its children is left (OSError when the fds for it cannot be had)."""
+        old, self._seat = self._seat, Seat(self.config.concurrency)
+        if old not in self._seat_of.values():
+            old.close()
 
     def _left_seat(self, child: Child) -> None:
         """A reaped child leaves its seat's registry, and the seat's parked children are rung
