@@ -165,7 +165,8 @@ class Processor:
         self._beat.held_jids = self._held_jids
         single = self._fetcher.single_queue
         self._blocking = BlockingWait(self.redis, self.inflight_key, single) if single else None
-        self._seats = BLOCKING_SEATS if single else 1  # how many idle processors listen
+        seats = BLOCKING_SEATS if single else 1  # how many idle processors listen
+        self._seats = seats if self.config.concurrency > seats else 0  # 0: all of them
         self._single = keys.queue_name(single or "")  # the queue a blocking move takes from
         self._watch = QueueWatch(self.redis, prefixes=QUEUE_WATCH)
         self._loop = coroutines.EventLoop()
@@ -188,7 +189,7 @@ class Processor:
             self._outage.refused(exc, "registering the in-flight list (fetches register it)")
         if self._blocking is None:
             self._watch.open()
-            if not self._seat.take(self._seats):
+            if self._seats and not self._seat.take(self._seats):
                 self._watch.pause()  # another processor listens (see _idle_watching)
         self._registered = True
         self._report("ready")
@@ -299,8 +300,9 @@ class Processor:
     def _seated(self) -> bool:
         """True when this processor holds a seat (:mod:`forkq.daemon.seat`) and may listen
         now. Else it parks until it is rung, a signal arrives, or IDLE_WAIT has passed, takes
-        a seat if one is free, and returns False: the caller fetches before it listens."""
-        if self._seat.take(self._seats):
+        a seat if one is free, and returns False: the caller fetches before it listens.
+        Always True when there are no more processors than seats."""
+        if not self._seats or self._seat.take(self._seats):
             return True
         self._seat.park(self.slot)
         try:
@@ -319,7 +321,8 @@ class Processor:
         seat; if no one listens now, a parked processor is rung."""
         if self._blocking is None:
             self._watch.pause()
-        self._seat.release(self._seats)
+        if self._seats:
+            self._seat.release(self._seats)
 
     def _settle(self, *, fetch: bool) -> Fetched | None:
         """Acknowledge the last job and/or fetch: the first job fetched (the others of a
