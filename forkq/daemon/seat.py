@@ -112,11 +112,9 @@ class Seat:
         mine, self._seat = self._seat, None
         fd = self._fd
         fcntl.lockf(fd, fcntl.LOCK_UN, 1, mine)
-        for seat in range(seats):  # inline: this runs between a job's arrival and its start
+        for seat in range(seats):  # a look at each other seat, taking it for a moment
             if seat != mine:
-                try:
-                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, seat)
-                except OSError:
+                if not _try_lock(fd, seat):
                     return  # its holder listens, or will look when it stops listening
                 fcntl.lockf(fd, fcntl.LOCK_UN, 1, seat)
         with self._registry():
@@ -187,10 +185,11 @@ class Seat:
         same processor, or a ring may be lost: the 2 s fetch covers that)."""
         fd = self._fd
         locked = _try_lock(fd, _REGISTRY)
-        deadline = time.monotonic() + REGISTRY_PATIENCE
-        while not locked and time.monotonic() < deadline:
-            os.sched_yield()
-            locked = _try_lock(fd, _REGISTRY)
+        if not locked:
+            deadline = time.monotonic() + REGISTRY_PATIENCE
+            while not locked and time.monotonic() < deadline:
+                os.sched_yield()
+                locked = _try_lock(fd, _REGISTRY)
         try:
             yield
         finally:

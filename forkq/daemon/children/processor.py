@@ -82,9 +82,9 @@ class Processor:
         slot: int,
         registry: Registry,
         middleware: ServerChain,
+        seat: Seat,
         report_fd: int | None = None,
         progress: Progress | None = None,
-        seat: Seat | None = None,
     ) -> None:
         self.config = config
         self.report_fd = report_fd
@@ -96,7 +96,7 @@ class Processor:
         self._ack_pending: bytes | None = None  # the last completed job, until acknowledged
         self._done = 0  # completed jobs at the head of the in-flight list, not acknowledged
         self.progress = progress or Progress()
-        self._seat = seat or Seat(slot + 1)
+        self._seat = seat  # shared with the daemon's other processors (the master's)
         self._failure: failures.Failure | None = None
         self._failed_job = b""  # the bytes of the job self._failure files
         self._outage = Outage(log)

@@ -168,7 +168,7 @@ class Pool:
         The signals stay blocked until its handlers are installed."""
         self._in_child()
         self.close_reports()
-        for seat in {id(seat): seat for seat in self._seat_of.values()}.values():
+        for seat in self._seats():
             if seat is not self._seat:  # an older generation's: not this child's
                 seat.close()
         if self.config.async_concurrency > 1:
@@ -201,8 +201,12 @@ class Pool:
 
     def close(self) -> None:
         """After the last turn: close the seats (no child of this pool is left)."""
-        for seat in {id(seat): seat for seat in (self._seat, *self._seat_of.values())}.values():
+        for seat in self._seats():
             seat.close()
+
+    def _seats(self) -> list[Seat]:
+        """Every seat open in the master: the current one and those its children use."""
+        return list({id(seat): seat for seat in (self._seat, *self._seat_of.values())}.values())
 
     def close_reports(self) -> None:
         """In a freshly forked child: close the master's ends of the boot-report pipes."""
