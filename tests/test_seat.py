@@ -1,6 +1,7 @@
 """The seats of idle processors (:mod:`forkq.daemon.seat`), with real forked processes: a
-seat is a record lock, held per process, dropped by the kernel when its holder dies; the
-processor that parked last is rung first, and only when no seat is held any more."""
+seat is a record lock, held per process, dropped by the kernel when its holder dies; a
+holder that goes busy keeps its seat while another listens; the processor that parked last
+is rung first, and only when no holder listens any more."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from forkq.daemon.seat import BLOCKING_SEATS, Seat
 
 
 class Holder:
-    """A forked process that takes a seat, tells whether it got one, and gives it up when
-    told (or is killed)."""
+    """A forked process that takes a seat, tells whether it got one, then does what it is
+    told (listen, go busy, give the seat up) until it is told to exit (or is killed)."""
 
     def __init__(self, seat: Seat, seats: int) -> None:
         order_read, self._order = os.pipe()
@@ -25,19 +26,26 @@ class Holder:
             try:
                 os.close(self._order)
                 os.write(answer_write, b"1" if seat.take(seats) else b"0")
-                os.read(order_read, 1)
-                seat.release(seats)
-                os.write(answer_write, b"r")
+                while (order := os.read(order_read, 1)) not in (b"", b"x"):
+                    {b"l": seat.listen, b"b": lambda: seat.busy(seats),
+                     b"r": lambda: seat.release(seats)}[order]()
+                    os.write(answer_write, b"1" if seat.held else b"0")
             finally:
                 os._exit(0)
         os.close(order_read)
         os.close(answer_write)
         self.took = os.read(self._answer, 1) == b"1"
 
+    def tell(self, order: bytes) -> bool:
+        """Listen (``l``), go busy (``b``) or give the seat up (``r``), and wait until it has
+        (and has rung, if it rings); whether it holds a seat then."""
+        os.write(self._order, order)
+        return os.read(self._answer, 1) == b"1"
+
     def release(self) -> None:
-        """Give up the seat and wait until it has (and has rung, if it rings)."""
-        os.write(self._order, b"!")
-        assert os.read(self._answer, 1) == b"r"
+        """Give up the seat, then exit."""
+        assert not self.tell(b"r")
+        os.write(self._order, b"x")
         os.waitpid(self.pid, 0)
         self.pid = 0
 
@@ -103,15 +111,82 @@ def test_the_processor_that_parked_last_is_rung_first(seat: Seat, never: int) ->
     assert rung == [[1], [2], [0], []]
 
 
-def test_a_holder_rings_only_when_no_seat_is_held_any_more(seat: Seat, never: int) -> None:
+def test_a_holder_rings_only_when_no_other_holder_listens(seat: Seat, never: int) -> None:
     other = Holder(seat, BLOCKING_SEATS)
     try:
         assert other.took and seat.take(BLOCKING_SEATS)
+        other.tell(b"l")
         seat.park(3)
         seat.release(BLOCKING_SEATS)  # the other still listens: nobody is woken
         assert seat.wait(3, 0, never) == "timed out"
-        other.release()  # the last listener went busy: the parked processor is rung
+        assert not other.tell(b"b")  # the last listener went busy: it gives up its seat
+        assert seat.wait(3, 0, never) == "rung"  # and the parked processor is rung
+    finally:
+        other.close()
+
+
+def test_a_busy_holder_keeps_its_seat_while_the_other_listens(seat: Seat,
+                                                              never: int) -> None:
+    other = Holder(seat, BLOCKING_SEATS)
+    try:
+        assert other.took and seat.take(BLOCKING_SEATS)
+        other.tell(b"l")
+        seat.park(3)
+        seat.listen()
+        seat.busy(BLOCKING_SEATS)  # the other listens: this one keeps its seat, rings nobody
+        assert seat.held and seat.wait(3, 0, never) == "timed out"
+        assert not other.tell(b"b")  # no one listens now: the other gives its seat up
         assert seat.wait(3, 0, never) == "rung"
+        assert seat.take(BLOCKING_SEATS)  # back from the job: still seated, listens again
+        seat.listen()
+        rung = Holder(seat, BLOCKING_SEATS)  # the rung processor takes the other seat
+        assert rung.took
+        rung.close()
+    finally:
+        other.close()
+
+
+def test_of_two_holders_going_busy_at_once_one_gives_up_its_seat(seat: Seat) -> None:
+    for _ in range(20):
+        first, second = Holder(seat, BLOCKING_SEATS), Holder(seat, BLOCKING_SEATS)
+        try:
+            assert first.took and second.took
+            first.tell(b"l")
+            second.tell(b"l")
+            os.write(first._order, b"b")  # both at once
+            os.write(second._order, b"b")
+            kept = [os.read(holder._answer, 1) == b"1" for holder in (first, second)]
+            assert kept.count(True) <= 1, "two busy holders kept both seats: no one listens"
+        finally:
+            first.close()
+            second.close()
+
+
+def test_a_holder_that_did_not_listen_gives_up_its_seat_when_busy(seat: Seat,
+                                                                  never: int) -> None:
+    other = Holder(seat, BLOCKING_SEATS)
+    try:
+        assert other.took and seat.take(BLOCKING_SEATS)  # rung: seated, fetched, found a job
+        other.tell(b"l")
+        seat.busy(BLOCKING_SEATS)
+        assert not seat.held  # a job fetched without listening never keeps a seat
+    finally:
+        other.close()
+
+
+def test_the_master_forgets_a_dead_listener(seat: Seat, never: int) -> None:
+    other = Holder(seat, BLOCKING_SEATS)
+    try:
+        assert other.took and seat.take(BLOCKING_SEATS)
+        other.tell(b"l")
+        other.kill()  # it died listening
+        seat.child_gone(0)
+        for slot in range(4):
+            seat.wait(slot, 0, never)  # the master's rings, read
+        seat.park(3)
+        seat.listen()
+        seat.busy(BLOCKING_SEATS)  # the dead one's mark is gone: this one rings
+        assert not seat.held and seat.wait(3, 0, never) == "rung"
     finally:
         other.close()
 

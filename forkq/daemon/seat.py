@@ -14,20 +14,28 @@ two (:data:`BLOCKING_SEATS`): while one runs a job the other listens, and they t
 without waking anyone (with one seat, each job of a lightly loaded daemon would wake a
 parked processor to listen in its place: measured, 0.2-0.3 ms more CPU per job). A key
 watch wakes every watcher, so processors of several queues use one. A daemon with no more
-processors than seats uses none: all its idle processors listen. A holder that takes a
-job, stops or fails a step against Redis gives up its seat; if no seat is held any more, it
-rings the processor that parked last, which takes a seat, fetches once (a push made in
-between is not missed) and listens. Every parked processor also fetches on its own every
-``IDLE_WAIT`` seconds, so a lost ring costs at most that.
+processors than seats uses none: all its idle processors listen.
 
-No ring is lost: a processor registers as parked (under the registry's lock) *before* it
+A holder marks itself *listening* just before it waits. When it takes a job it clears the
+mark and keeps its seat if another holder listens (it listens again after the job, with no
+system call: the usual turn of a lightly loaded daemon costs one system call, the fence
+below); else, and when it stops, fails a step against Redis (then it backs off) or took a
+job it fetched without having listened (it was rung), it gives up its seat, and if no other
+holder listens it rings the processor that parked last, which takes a seat, fetches once (a
+push made in between is not missed) and listens. Every parked processor also fetches on its
+own every ``IDLE_WAIT`` seconds, so a lost ring costs at most that. While a holder runs a
+long job with its seat, the daemon has one listener, which hands its seat on with each job
+it takes (one ring per job) until that job ends.
+
+No ring is lost. A processor registers as parked (under the registry's lock) *before* it
 tries the seats a last time, and a holder gives up its seat *before* it looks at the other
-seats, and picks one to ring under that lock. So either the last try finds a seat free, or
-the giver finds the registration. Of two holders giving up at once, each looks only at the
-other's seat (by taking it for a moment; a processor never takes its own back to look), so
-the later sees it free. Giving up while the other seat is held (the usual case: its holder
-listens) costs two system calls and no lock; it runs between a job's arrival and its start
-(measured: ~25 us in a process that slept 3 ms, ~3 us warm). The lock is held for
+holders' marks, and picks one to ring under that lock: either the last try finds the seat
+free, or the giver finds the registration. Of two holders going busy at once, each clears
+its own mark, then makes a lock operation on the seats' file (``lockf``: giving up its seat,
+or unlocking :data:`_FENCE`, a byte nobody holds), then reads the other's mark. The kernel
+serialises lock operations on one file under one lock, so whichever comes second sees the
+first's mark cleared (a store before a lock release is seen by a load after the next
+acquire): at least one of them gives up its seat and rings. The lock is held for
 microseconds; a process that cannot get it within :data:`REGISTRY_PATIENCE` (its holder was
 stopped with SIGSTOP) goes on without it rather than wait.
 
@@ -35,7 +43,9 @@ A seat is a POSIX record lock (``lockf``) on one byte of an unlinked file the ma
 before it forks (bytes 0 and 1); byte 8 locks the registry of parked processors, a shared
 mapping of one ``monotonic_ns`` stamp per slot (0: not parked). Such locks belong to a
 process, are not inherited by a fork, and the kernel drops them when the process dies, so a
-dead holder never keeps a seat (the master rings every doorbell when it reaps a child). A
+dead holder never keeps a seat: when the master reaps a child, it clears the listening mark
+of every free seat (holding the seat while it does, so no new holder's mark is lost) and
+rings every doorbell. The marks are a shared mapping of one byte per seat. A
 doorbell is a non-blocking pipe per slot (two fds per slot in every process of the daemon);
 a ring is one byte, and a parked processor drains what it finds. A :class:`Seat` serves
 ``slots`` slots, at least :data:`MIN_SLOTS`: a reload that raises ``concurrency`` beyond
@@ -61,6 +71,7 @@ from forkq.daemon import pipes
 BLOCKING_SEATS = 2
 """Seats of processors that wait with ``BLMOVE`` (one queue); a key watch uses one."""
 _REGISTRY = 8  # the byte whose lock guards the registry of parked processors
+_FENCE = 9  # a byte nobody locks: unlocking it is a lock operation on the file, a fence
 REGISTRY_PATIENCE = 0.01
 """Seconds a process tries for the registry's lock before it goes on without it."""
 MIN_SLOTS = 16
@@ -82,6 +93,7 @@ class Seat:
         self._file = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as its children
         self._fd = self._file.fileno()
         self._parked = mmap.mmap(-1, _STAMP.size * slots)
+        self._listening = mmap.mmap(-1, BLOCKING_SEATS)  # per seat: 1 while its holder listens
         self._bells: list[tuple[int, int]] = []
         self._seat: int | None = None  # the seat this process holds
         try:
@@ -98,28 +110,51 @@ class Seat:
 
     def take(self, seats: int) -> bool:
         """Try to hold one of the first ``seats`` seats (no waiting); True when this process
-        holds one."""
+        holds one (at once, with no system call, when it kept its seat through a job)."""
         if self._seat is None:
             self._seat = next((seat for seat in range(seats) if _try_lock(self._fd, seat)),
                               None)
         return self._seat is not None
 
+    def listen(self) -> None:
+        """The holder is about to wait for work (a no-op without a seat): the others see it
+        listening until :meth:`busy` or :meth:`release`."""
+        if self._seat is not None:
+            self._listening[self._seat] = 1
+
+    def busy(self, seats: int) -> None:
+        """The holder (if this process holds a seat) is about to run a job. A holder that
+        was listening keeps its seat while another holder of the ``seats`` listens, so it
+        listens again after the job with no system call; any other gives the seat up, and
+        rings, as :meth:`release` does."""
+        mine = self._seat
+        if mine is None:
+            return
+        if self._listening[mine] and seats > 1:
+            self._listening[mine] = 0
+            fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, _FENCE)  # a fence: see the module's doc
+            if self._others_listen(mine, seats):
+                return
+        self.release(seats)
+
     def release(self, seats: int) -> None:
-        """Give up the seat (if held); when no other of the ``seats`` is held either, ring
+        """Give up the seat (if held); when no other holder of the ``seats`` listens, ring
         the processor that parked last."""
         if self._seat is None:
             return
         mine, self._seat = self._seat, None
-        fd = self._fd
-        fcntl.lockf(fd, fcntl.LOCK_UN, 1, mine)
-        for seat in range(seats):  # a look at each other seat, taking it for a moment
-            if seat != mine:
-                if not _try_lock(fd, seat):
-                    return  # its holder listens, or will look when it stops listening
-                fcntl.lockf(fd, fcntl.LOCK_UN, 1, seat)
+        self._listening[mine] = 0
+        fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, mine)  # also the fence before the look
+        if self._others_listen(mine, seats):
+            return  # it listens, or will look when it stops listening
         with self._registry():
             latest = self._latest()
         self._ring(latest)
+
+    def _others_listen(self, mine: int, seats: int) -> bool:
+        """Whether a holder of another of the ``seats`` listens (read after a fence)."""
+        listening = self._listening
+        return any(listening[seat] for seat in range(seats) if seat != mine)
 
     def park(self, slot: int) -> None:
         """Register ``slot`` as parked (before the last try of the seat); a ring from before
@@ -143,11 +178,16 @@ class Seat:
         return "woken" if wake_fd in readable else "rung" if bell in readable else "timed out"
 
     def child_gone(self, slot: int) -> None:
-        """The master reaped ``slot``'s child: forget its registration and ring every slot, so
-        that, if it held the seat, a parked processor takes it at once. Never waits on the
-        registry's lock (a stopped child may hold it); an unlocked clear of the gone slot's
-        stamp races with nothing that matters: its successor is forked after this."""
+        """The master reaped ``slot``'s child: forget its registration, clear the listening
+        mark of a seat it held (the kernel freed the seat), and ring every slot, so that, if
+        it held a seat, a parked processor takes it at once. Never waits on a lock (a stopped
+        child may hold the registry's); an unlocked clear of the gone slot's stamp races
+        with nothing that matters: its successor is forked after this."""
         _STAMP.pack_into(self._parked, _STAMP.size * slot, 0)
+        for seat in range(BLOCKING_SEATS):
+            if _try_lock(self._fd, seat):  # free: no holder can mark it while the master holds it
+                self._listening[seat] = 0
+                fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, seat)
         for _, write_fd in self._bells:
             with contextlib.suppress(OSError):
                 os.write(write_fd, b"!")
@@ -160,6 +200,7 @@ class Seat:
             os.close(write_fd)
         self._bells = []
         self._parked.close()
+        self._listening.close()
         self._file.close()
 
     def _latest(self) -> int | None:

@@ -277,12 +277,13 @@ class Processor:
             self._armed = False
             if not self._seated():
                 return None
+            self._seat.listen()
             job = self._blocking.wait(int(IDLE_WAIT), self._pipe.fd)
             if job is WAKE:
                 self._stop_if_told(self._pipe.drain())
             if not isinstance(job, bytes):
                 return None
-            self._leave_seat()  # busy
+            self._leave_seat(busy=True)
             self.progress.start(job)
             return Fetched(self._single, job)
         self._idle_watching()
@@ -292,6 +293,7 @@ class Processor:
         """Several queues: the seat holder waits on its key watch; the others park. Returns
         when it is time to fetch again."""
         if self._seated():
+            self._seat.listen()
             if self._watch.wait(IDLE_WAIT, self._pipe.fd):
                 self._stop_if_told(self._pipe.drain())
         elif self._seat.held:
@@ -315,14 +317,19 @@ class Processor:
             self._seat.leave(self.slot)
         return False
 
-    def _leave_seat(self) -> None:
-        """Stop listening (busy, stopping, or backing off after an error): pause the key
-        watch, so no invalidations pile up for a connection nobody reads, and give up the
-        seat; if no one listens now, a parked processor is rung."""
+    def _leave_seat(self, *, busy: bool = False) -> None:
+        """Stop listening (``busy``: to run a job; else stopping, or backing off after an
+        error): pause the key watch, so no invalidations pile up for a connection nobody
+        reads, and give up the seat, unless it is ``busy`` and another holder listens (it
+        listens again after the job, see :meth:`Seat.busy`); if no one listens now, a
+        parked processor is rung."""
         if self._blocking is None:
             self._watch.pause()
         if self._seats:
-            self._seat.release(self._seats)
+            if busy:
+                self._seat.busy(self._seats)
+            else:
+                self._seat.release(self._seats)
 
     def _settle(self, *, fetch: bool) -> Fetched | None:
         """Acknowledge the last job and/or fetch: the first job fetched (the others of a
@@ -343,7 +350,7 @@ class Processor:
         self._armed = arm and not found.jobs and not found.skipped and not found.paused
         if not found.jobs:
             return None
-        self._leave_seat()  # busy
+        self._leave_seat(busy=True)
         return found.jobs[0]
 
     def _execute(self, fetched: Fetched) -> None:
