@@ -1,5 +1,6 @@
-"""The benchmark's pure parts: the table's medians and ratio, /proc accounting, -c parsing,
-forkq's bytecode compiled as an install would."""
+"""The benchmark's parts: the table's medians and ratio, /proc accounting, -c parsing,
+forkq's bytecode compiled as an install would, the host's latency floor (a bare waiter
+against the session's server)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
+import redis
 
 import forkq
 from forkq.cli import _int_list
-from forkq.tools import bench_procs
+from forkq.embedded import EmbeddedServer
+from forkq.tools import bench, bench_floor, bench_phases, bench_procs
 from forkq.tools.bench_systems import compile_forkq
 from forkq.tools.bench_table import ROWS, Results, ratio, render
 
@@ -106,3 +110,23 @@ def test_forkq_is_compiled_to_bytecode_current_with_each_source() -> None:
         header = cached.read_bytes()[:16]
         assert header[:4] == importlib.util.MAGIC_NUMBER, source
         assert int.from_bytes(header[8:12], "little") == int(source.stat().st_mtime), source
+
+
+def test_the_floor_waiter_stamps_each_push_and_is_stopped_by_its_pid(
+        server: EmbeddedServer, r: redis.Redis) -> None:
+    waiter = bench_floor.FloorWaiter(server.url, r)
+    waiter.start()
+    (pid,) = waiter.roots()
+    try:
+        assert waiter.ready()
+        delays = bench_phases.idle_latency(r, waiter, 20, url=server.url)
+    finally:
+        waiter.stop()
+    assert len(delays) == 20 and all(0 < delay < 10_000 for delay in delays)
+    assert not psutil.pid_exists(pid) and waiter.roots() == []
+    assert r.llen(bench_floor.HELD) == 0
+
+
+def test_the_floor_note_gives_the_medians_of_the_repetitions() -> None:
+    note = bench.floor_note([(0.5, 2.0), (0.3, 1.0), (0.4, 9.0)])
+    assert note.startswith("host floor: idle latency p50 0.40 ms p99 2.00 ms ")

@@ -6,9 +6,10 @@ systems alternate on a noisy machine — all against one server (a private throw
 unless ``--redis-url`` is given). Each configuration is started once per repetition and
 measured in :mod:`forkq.tools.bench_phases`: launch → first job, drain of N jobs (jobs/s,
 CPU per job of the workers' process tree and of the server, from the OS's accounting), PSS
-of the tree after the drain, idle enqueue → start latency. The table
-(:mod:`forkq.tools.bench_table`) shows the median of the repetitions. Progress goes to
-stderr, the table to stdout.
+of the tree after the drain, idle enqueue → start latency. Each repetition first measures
+the host's floor for that latency, a bare redis-py waiter (:mod:`forkq.tools.bench_floor`),
+printed under the table. The table (:mod:`forkq.tools.bench_table`) shows the median of the
+repetitions. Progress goes to stderr, the table to stdout.
 
 The daemons under test import only the benchmark's jobs (:mod:`forkq.tools.bench_jobs`).
 """
@@ -16,10 +17,11 @@ The daemons under test import only the benchmark's jobs (:mod:`forkq.tools.bench
 from __future__ import annotations
 
 import platform
+import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -28,8 +30,8 @@ from redis.utils import HIREDIS_AVAILABLE
 
 from forkq.connection import connect
 from forkq.embedded import server_url
+from forkq.tools import bench_floor, bench_procs, bench_sidekiq
 from forkq.tools import bench_phases as phases
-from forkq.tools import bench_procs, bench_sidekiq
 from forkq.tools.bench_systems import ForkqSystem, System, compile_forkq
 from forkq.tools.bench_table import Results, render
 
@@ -63,11 +65,13 @@ def run(options: Options) -> int:
         try:
             server_pid = local_server_pid(r)
             results = _columns(options, tmp, url, r)
+            floors: list[tuple[float, float]] = []
             for repetition in range(1, options.repeat + 1):
+                floors.append(_floor(options, url, r, repetition))
                 _repetition(options, results, tmp=tmp, url=url, r=r, server_pid=server_pid,
                             number=repetition)
             print(render(results, header=_header(options, r) + "\n" + sides,
-                         notes=_notes(options, server_pid)))
+                         notes=[*_notes(options, server_pid), floor_note(floors)]))
         finally:
             r.close()
     return 0
@@ -100,6 +104,23 @@ def _repetition(options: Options, results: Results, *, tmp: str, url: str, r: re
         for system in systems:
             _progress(f"repetition {number}/{options.repeat}: {system.label} ...")
             _configuration(system, options, results, r=r, url=url, server_pid=server_pid)
+
+
+def _floor(options: Options, url: str, r: redis.Redis, number: int) -> tuple[float, float]:
+    """The host's latency floor in this repetition, (p50, p99) ms."""
+    _progress(f"repetition {number}/{options.repeat}: floor (a bare redis-py waiter) ...")
+    p50, p99 = bench_floor.measure(r, url, options.latency_samples)
+    _progress(f"  floor: latency p50 {p50:.2f} ms p99 {p99:.2f} ms")
+    return p50, p99
+
+
+def floor_note(floors: Sequence[tuple[float, float]]) -> str:
+    """The note line of the floor: the medians of the repetitions' p50 and p99."""
+    p50 = statistics.median(p50 for p50, _ in floors)
+    p99 = statistics.median(p99 for _, p99 in floors)
+    return (f"host floor: idle latency p50 {p50:.2f} ms p99 {p99:.2f} ms of a bare redis-py "
+            "BLMOVE waiter (no job system), the same pushes: no Python worker starts sooner "
+            "here")
 
 
 def _enqueue(side: str, url: str, jobs: int, results: Results, *, first_column: str) -> None:
