@@ -114,6 +114,8 @@ class Seat:
         if self._seat is None:
             self._seat = next((seat for seat in range(seats) if _try_lock(self._fd, seat)),
                               None)
+            if self._seat is not None:  # not listening yet (a dead holder's mark may be left)
+                self._listening[self._seat] = 0
         return self._seat is not None
 
     def listen(self) -> None:
