@@ -18,11 +18,14 @@ import pytest
 import redis
 
 import forkq
+from forkq import keys
 from forkq.cli import _int_list
 from forkq.embedded import EmbeddedServer
-from forkq.tools import bench, bench_floor, bench_phases, bench_procs
+from forkq.tools import bench, bench_floor, bench_jobs, bench_phases, bench_procs
 from forkq.tools.bench_systems import compile_forkq
 from forkq.tools.bench_table import ROWS, Results, ratio, render
+
+from .conftest import until
 
 DRAIN = next(row for row in ROWS if row.key == "drain")
 LATENCY = next(row for row in ROWS if row.key == "p50")
@@ -117,14 +120,27 @@ def test_the_floor_waiter_stamps_each_push_and_is_stopped_by_its_pid(
     waiter = bench_floor.FloorWaiter(server.url, r)
     waiter.start()
     (pid,) = waiter.roots()
+    queue = keys.queue(bench_jobs.QUEUE)
     try:
         assert waiter.ready()
+        r.lpush(queue, *HOSTILE)  # another writer's items on a shared server: dropped
+        until(lambda: r.llen(queue) == 0 and r.llen(bench_floor.HELD) == 0, 10)
+        assert r.llen(bench_jobs.LATENCY) == 0
         delays = bench_phases.idle_latency(r, waiter, 20, url=server.url)
     finally:
         waiter.stop()
     assert len(delays) == 20 and all(0 < delay < 10_000 for delay in delays)
     assert not psutil.pid_exists(pid) and waiter.roots() == []
     assert r.llen(bench_floor.HELD) == 0
+
+
+HOSTILE = [b"\xff\xfe not utf-8", b"[1, 2]", b'{"args": 5}', b'{"args": [1]}',
+           b'{"args": [1, "soon"]}', b'{"args": [1, true]}', b"{}", b""]
+
+
+def test_only_a_benchmark_push_has_a_push_time() -> None:
+    assert [bench_floor.pushed_at(item) for item in HOSTILE] == [None] * len(HOSTILE)
+    assert bench_floor.pushed_at(b'{"class": "x", "args": [3, 1700000000.5]}') == 1700000000.5
 
 
 def test_the_floor_note_gives_the_medians_of_the_repetitions() -> None:

@@ -317,7 +317,6 @@ def _where_missing(r: redis.Redis, total: int, d: Any) -> Callable[[], str]:
     return explain
 
 
-
 def test_a_job_that_closes_stderr_leaves_its_processor_running_and_logging(
         r: redis.Redis, daemon: Callable[..., Any]) -> None:
     d = daemon("concurrency: 1\nrequire: jobs\n")

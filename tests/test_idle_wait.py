@@ -96,8 +96,8 @@ def test_a_burst_to_an_idle_daemon_starts_on_every_processor_at_once(
     until(lambda: r.scard(keys.INFLIGHT_REGISTRY) == 4, 15, "the children did not register")
     if not queues:  # two wait in Redis, two are parked
         until(lambda: _blocked(r) == BLOCKING_SEATS, 15, "the idle children are not waiting")
-    # each processor that takes a job rings a parked one while no seat is held: all four
-    # start at once, not when the parked ones fetch on their own (2 s)
+    # each processor that takes a job rings a parked one when no other holder listens: all
+    # four start at once, not when the parked ones fetch on their own (2 s)
     _assert_a_burst_starts_on_every_processor(r, d, 4)
 
 
@@ -326,7 +326,7 @@ def test_a_paused_watch_the_server_closed_is_replaced_before_the_next_fetch(
         watch.pause()  # busy: unsubscribed, an idle client to the server's timeout
         [paused] = named(r, "paused-watch")
         assert r.client_kill_filter(_id=paused) == 1
-        if then == "arm":  # the processor took the watch token: armed before its fetch
+        if then == "arm":  # the processor took the seat: armed before its fetch
             watch.arm()
         else:  # the watcher's next wait: subscribes again, returns for a fetch
             assert watch.wait(5, read_fd) is False

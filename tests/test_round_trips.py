@@ -50,7 +50,6 @@ def kept(url: str) -> Iterator[KeptConnections]:
     client.close()
 
 
-
 @pytest.mark.parametrize("built", ["from a URL", "keeping a forkq-built client"])
 def test_threads_pushing_at_once_keep_one_connection_each_and_every_job_lands(
         url: str, name: str, r: redis.Redis, built: str) -> None:

@@ -87,7 +87,8 @@ def measure(r: redis.Redis, url: str, samples: int) -> tuple[float, float]:
 
 
 def wait_and_stamp(client: redis.Redis) -> None:
-    """The waiter's loop: take a job, stamp the time first, then push its latency."""
+    """The waiter's loop: take a job, stamp the time first, then push its latency; an item
+    that is no benchmark push (``--redis-url`` names a server others write to) is dropped."""
     queue = keys.queue(QUEUE)
     client.rpush(READY, "1")
     while True:
@@ -95,8 +96,20 @@ def wait_and_stamp(client: redis.Redis) -> None:
         now = time.time()
         if job is None:
             continue
-        client.rpush(LATENCY, repr(now - float(json.loads(job)["args"][1])))
+        pushed = pushed_at(job)
+        if pushed is not None:
+            client.rpush(LATENCY, repr(now - pushed))
         client.ltrim(HELD, 1, 0)
+
+
+def pushed_at(job: bytes | str) -> float | None:
+    """The push time a benchmark push carries (``args[1]``), None for any other bytes."""
+    try:
+        value = json.loads(job)["args"][1]
+    except (ValueError, TypeError, LookupError):
+        return None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
 
 
 def main(argv: list[str] | None = None) -> int:

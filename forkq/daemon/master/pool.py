@@ -92,7 +92,7 @@ class Pool:
         self._clock = clock or SystemClock()
         self._pending: dict[int, Gone] = {}  # slot -> a gone child's job still to settle
         self._progress: dict[int, Progress] = {}  # slot -> memory shared with its child
-        self._seat = Seat(max(config.concurrency, MIN_SLOTS))  # which idle children listen
+        self._seat = _new_seat(config.concurrency)  # which idle children listen
         self._seat_of: dict[int, Seat] = {}  # pid -> the seat its child was forked with
         self._backoff: dict[int, tuple[int, float]] = {}  # slot -> (quick deaths, not before)
         self._boot_failures: dict[int, int] = {}
@@ -184,7 +184,7 @@ class Pool:
     def _replace_seat(self) -> None:
         """A new seat for the children forked from now on; the old one is closed here once
         none of its children is left (OSError when the fds for it cannot be had)."""
-        old, self._seat = self._seat, Seat(self.config.concurrency)
+        old, self._seat = self._seat, _new_seat(self.config.concurrency)
         if old not in self._seat_of.values():
             old.close()
 
@@ -400,3 +400,8 @@ class Pool:
     def pending(self) -> list[str]:
         """In-flight keys still to settle."""
         return [gone.inflight_key for gone in self._pending.values()]
+
+
+def _new_seat(concurrency: int) -> Seat:
+    """A seat for ``concurrency`` processor slots, and at least :data:`MIN_SLOTS`."""
+    return Seat(max(concurrency, MIN_SLOTS))
