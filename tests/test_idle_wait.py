@@ -114,6 +114,22 @@ def test_a_reload_that_raises_concurrency_seats_the_new_processors(
     assert "Traceback" not in d.log(), d.log()
 
 
+def test_a_long_job_on_a_listener_lets_a_parked_processor_listen(r: redis.Redis,
+                                                                 daemon: Any) -> None:
+    d = daemon("concurrency: 4\nrequire: jobs\nlog_level: warning\n")
+    d.wait_children(4)
+    until(lambda: _blocked(r) == BLOCKING_SEATS, 15, "the idle children are not waiting")
+    push(r, "Sleep", 8, "long")  # taken by a listener, which keeps its seat (the other listens)
+    until(lambda: [row["marker"] for row in records(r, "test:started")] == ["long"], 5, d.log)
+    # within a heartbeat turn past HOLD_LIMIT, it hands its seat on: two listen again
+    until(lambda: _blocked(r) == BLOCKING_SEATS, 5, "one listener left while the job runs")
+    assert not records(r, "test:ran"), "the long job ended before a parked processor listened"
+    jid = push(r, "Lag", "beside")
+    until(lambda: r.llen("test:lag") == 1, 5, d.log)
+    [row] = records(r, "test:lag")
+    assert row["jid"] == jid and row["lag"] < 1.0, row
+
+
 def _assert_a_burst_starts_on_every_processor(r: redis.Redis, d: Any, count: int) -> None:
     """Push ``count`` jobs of 3 s at once: each starts on a processor of its own within 1 s
     of the push."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -142,6 +143,28 @@ def test_a_busy_holder_keeps_its_seat_while_the_other_listens(seat: Seat,
         rung = Holder(seat, BLOCKING_SEATS)  # the rung processor takes the other seat
         assert rung.took
         rung.close()
+    finally:
+        other.close()
+
+
+def test_a_holder_busy_with_a_long_job_hands_its_seat_on(seat: Seat, never: int) -> None:
+    other = Holder(seat, BLOCKING_SEATS)
+    try:
+        assert other.took and seat.take(BLOCKING_SEATS)
+        other.tell(b"l")
+        seat.park(3)
+        seat.listen()
+        seat.busy(BLOCKING_SEATS)  # kept: the other listens
+        handing = threading.Thread(target=seat.hand_on)  # the heartbeat thread, job running
+        handing.start()
+        handing.join()
+        # the seat is free and the parked processor is rung, though the other listens
+        assert not seat.held and seat.wait(3, 0, never) == "rung"
+        rung = Holder(seat, BLOCKING_SEATS)
+        assert rung.took  # it listens in this one's place
+        rung.close()
+        seat.hand_on()  # again, with no seat: nothing to give up, nobody rung
+        assert seat.wait(3, 0, never) == "timed out"
     finally:
         other.close()
 

@@ -23,9 +23,12 @@ below); else, and when it stops, fails a step against Redis (then it backs off) 
 job it fetched without having listened (it was rung), it gives up its seat, and if no other
 holder listens it rings the processor that parked last, which takes a seat, fetches once (a
 push made in between is not missed) and listens. Every parked processor also fetches on its
-own every ``IDLE_WAIT`` seconds, so a lost ring costs at most that. While a holder runs a
-long job with its seat, the daemon has one listener, which hands its seat on with each job
-it takes (one ring per job) until that job ends.
+own every ``IDLE_WAIT`` seconds, so a lost ring costs at most that. When a holder runs a
+job with its seat past :data:`HOLD_LIMIT`, its heartbeat thread hands the seat on
+(:meth:`Seat.hand_on`): it gives it up and rings the processor that parked last, so two listen
+again (else the one left would hand its seat on with each job it takes, one ring per job,
+until the long job ends). The methods that change which seat a process holds are atomic
+between its threads (a lock of the process's own).
 
 No ring is lost. A processor registers as parked (under the registry's lock) *before* it
 tries the seats a last time, and a holder gives up its seat *before* it looks at the other
@@ -62,6 +65,7 @@ import mmap
 import os
 import struct
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from typing import Literal
@@ -72,6 +76,8 @@ BLOCKING_SEATS = 2
 """Seats of processors that wait with ``BLMOVE`` (one queue); a key watch uses one."""
 _REGISTRY = 8  # the byte whose lock guards the registry of parked processors
 _FENCE = 9  # a byte nobody locks: unlocking it is a lock operation on the file, a fence
+HOLD_LIMIT = 1.0
+"""Seconds a job may run on a processor that kept its seat before the seat is handed on."""
 REGISTRY_PATIENCE = 0.01
 """Seconds a process tries for the registry's lock before it goes on without it."""
 MIN_SLOTS = 16
@@ -96,6 +102,9 @@ class Seat:
         self._listening = mmap.mmap(-1, BLOCKING_SEATS)  # per seat: 1 while its holder listens
         self._bells: list[tuple[int, int]] = []
         self._seat: int | None = None  # the seat this process holds
+        # between a processor's threads (its heartbeat thread hands the seat on); a record
+        # lock is the process's, so the registry's needs it too
+        self._guard = threading.RLock()
         try:
             for _ in range(slots):
                 self._bells.append(pipes.pipe(nonblocking=True))
@@ -111,44 +120,63 @@ class Seat:
     def take(self, seats: int) -> bool:
         """Try to hold one of the first ``seats`` seats (no waiting); True when this process
         holds one (at once, with no system call, when it kept its seat through a job)."""
-        if self._seat is None:
-            self._seat = next((seat for seat in range(seats) if _try_lock(self._fd, seat)),
-                              None)
-            if self._seat is not None:  # not listening yet (a dead holder's mark may be left)
-                self._listening[self._seat] = 0
-        return self._seat is not None
+        with self._guard:
+            if self._seat is None:
+                self._seat = next((seat for seat in range(seats) if _try_lock(self._fd, seat)),
+                                  None)
+                if self._seat is not None:  # not listening yet (a dead holder's mark may be left)
+                    self._listening[self._seat] = 0
+            return self._seat is not None
 
     def listen(self) -> None:
         """The holder is about to wait for work (a no-op without a seat): the others see it
         listening until :meth:`busy` or :meth:`release`."""
-        if self._seat is not None:
-            self._listening[self._seat] = 1
+        with self._guard:
+            if self._seat is not None:
+                self._listening[self._seat] = 1
 
     def busy(self, seats: int) -> None:
         """The holder (if this process holds a seat) is about to run a job. A holder that
         was listening keeps its seat while another holder of the ``seats`` listens, so it
         listens again after the job with no system call; any other gives the seat up, and
         rings, as :meth:`release` does."""
-        mine = self._seat
-        if mine is None:
-            return
-        if self._listening[mine] and seats > 1:
-            self._listening[mine] = 0
-            fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, _FENCE)  # a fence: see the module's doc
-            if self._others_listen(mine, seats):
+        with self._guard:
+            mine = self._seat
+            if mine is None:
                 return
-        self.release(seats)
+            if self._listening[mine] and seats > 1:
+                self._listening[mine] = 0
+                fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, _FENCE)  # a fence: see the module's doc
+                if self._others_listen(mine, seats):
+                    return
+            self.release(seats)
 
     def release(self, seats: int) -> None:
         """Give up the seat (if held); when no other holder of the ``seats`` listens, ring
         the processor that parked last."""
-        if self._seat is None:
-            return
+        with self._guard:
+            mine = self._give_up()
+            if mine is not None and not self._others_listen(mine, seats):
+                self._ring_latest()  # else it listens, or will look when it stops listening
+
+    def hand_on(self) -> None:
+        """Give up the seat (if held) and ring the processor that parked last, though another
+        holder may listen: a holder whose job runs long lets a parked processor listen in its
+        place (from its heartbeat thread, while the job runs)."""
+        with self._guard:
+            if self._give_up() is not None:
+                self._ring_latest()
+
+    def _give_up(self) -> int | None:
+        """Unmark and unlock the seat held (the unlock is also the fence before a look at
+        the others' marks); which it was, None when none was held."""
         mine, self._seat = self._seat, None
-        self._listening[mine] = 0
-        fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, mine)  # also the fence before the look
-        if self._others_listen(mine, seats):
-            return  # it listens, or will look when it stops listening
+        if mine is not None:
+            self._listening[mine] = 0
+            fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, mine)
+        return mine
+
+    def _ring_latest(self) -> None:
         with self._registry():
             latest = self._latest()
         self._ring(latest)
@@ -227,17 +255,18 @@ class Seat:
         stopped with SIGSTOP must not stop the others; unlocked, two givers may ring the
         same processor, or a ring may be lost: the 2 s fetch covers that)."""
         fd = self._fd
-        locked = _try_lock(fd, _REGISTRY)
-        if not locked:
-            deadline = time.monotonic() + REGISTRY_PATIENCE
-            while not locked and time.monotonic() < deadline:
-                os.sched_yield()
-                locked = _try_lock(fd, _REGISTRY)
-        try:
-            yield
-        finally:
-            if locked:
-                fcntl.lockf(fd, fcntl.LOCK_UN, 1, _REGISTRY)
+        with self._guard:
+            locked = _try_lock(fd, _REGISTRY)
+            if not locked:
+                deadline = time.monotonic() + REGISTRY_PATIENCE
+                while not locked and time.monotonic() < deadline:
+                    os.sched_yield()
+                    locked = _try_lock(fd, _REGISTRY)
+            try:
+                yield
+            finally:
+                if locked:
+                    fcntl.lockf(fd, fcntl.LOCK_UN, 1, _REGISTRY)
 
     def _drain(self, slot: int) -> None:
         with contextlib.suppress(OSError):  # empty: BlockingIOError

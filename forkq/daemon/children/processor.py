@@ -55,7 +55,7 @@ from forkq.daemon.children.queuewatch import QUEUE_WATCH, QueueWatch
 from forkq.daemon.outage import Outage
 from forkq.daemon.progress import Progress
 from forkq.daemon.refusal import Recurring, is_refusal
-from forkq.daemon.seat import BLOCKING_SEATS, Seat
+from forkq.daemon.seat import BLOCKING_SEATS, HOLD_LIMIT, Seat
 from forkq.errors import EXIT_CHILD_BOOT, JobError
 from forkq.middleware import ServerChain
 from forkq.registry import Registry
@@ -234,13 +234,19 @@ class Processor:
     def _on_beat_turn(self) -> None:
         """In the heartbeat thread: a stop request or the master's death gives back the held
         jobs at once, though the main thread may be running a job for a long time; so does
-        a job running longer than :data:`HELD_WAIT_LIMIT` (the jobs behind it run elsewhere)."""
+        a job running longer than :data:`HELD_WAIT_LIMIT` (the jobs behind it run elsewhere).
+        A job running longer than :data:`~forkq.daemon.seat.HOLD_LIMIT` on a processor that
+        kept its seat hands the seat on (a parked processor listens in its place)."""
         if self._pipe.pending or os.getppid() != self.master_pid:
             self._give_back_held()
             return
         running = time.monotonic() - self._job_started
         if self._held and running >= HELD_WAIT_LIMIT:
             self._give_back_held(f" (the job running has run for {running:.0f} s)")
+        if self._seats and running >= HOLD_LIMIT:
+            # the job may end meanwhile and the main thread listen again with the seat: then
+            # three listen until its next job, when it finds it has none (harmless)
+            self._seat.hand_on()
 
     def _held_jids(self) -> list[str]:
         """The jids of the jobs held, not started (for the TTIN dump)."""
