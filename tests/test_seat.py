@@ -78,6 +78,20 @@ def never() -> Iterator[int]:
     os.close(write_fd)
 
 
+@pytest.fixture
+def beside(seat: Seat) -> Iterator[Holder]:
+    """Another holder that listens, while this process holds the other seat and has parked
+    slot 3 (standing for a third processor)."""
+    other = Holder(seat, BLOCKING_SEATS)
+    try:
+        assert other.took and seat.take(BLOCKING_SEATS)
+        other.tell(b"l")
+        seat.park(3)
+        yield other
+    finally:
+        other.close()
+
+
 def test_a_seat_is_held_by_one_process_and_freed_by_its_death(seat: Seat) -> None:
     holder = Holder(seat, 1)
     try:
@@ -112,61 +126,42 @@ def test_the_processor_that_parked_last_is_rung_first(seat: Seat, never: int) ->
     assert rung == [[1], [2], [0], []]
 
 
-def test_a_holder_rings_only_when_no_other_holder_listens(seat: Seat, never: int) -> None:
-    other = Holder(seat, BLOCKING_SEATS)
-    try:
-        assert other.took and seat.take(BLOCKING_SEATS)
-        other.tell(b"l")
-        seat.park(3)
-        seat.release(BLOCKING_SEATS)  # the other still listens: nobody is woken
-        assert seat.wait(3, 0, never) == "timed out"
-        assert not other.tell(b"b")  # the last listener went busy: it gives up its seat
-        assert seat.wait(3, 0, never) == "rung"  # and the parked processor is rung
-    finally:
-        other.close()
+def test_a_holder_rings_only_when_no_other_holder_listens(seat: Seat, beside: Holder,
+                                                          never: int) -> None:
+    seat.release(BLOCKING_SEATS)  # the other still listens: nobody is woken
+    assert seat.wait(3, 0, never) == "timed out"
+    assert not beside.tell(b"b")  # the last listener went busy: it gives up its seat
+    assert seat.wait(3, 0, never) == "rung"  # and the parked processor is rung
 
 
-def test_a_busy_holder_keeps_its_seat_while_the_other_listens(seat: Seat,
+def test_a_busy_holder_keeps_its_seat_while_the_other_listens(seat: Seat, beside: Holder,
                                                               never: int) -> None:
-    other = Holder(seat, BLOCKING_SEATS)
-    try:
-        assert other.took and seat.take(BLOCKING_SEATS)
-        other.tell(b"l")
-        seat.park(3)
-        seat.listen()
-        seat.busy(BLOCKING_SEATS)  # the other listens: this one keeps its seat, rings nobody
-        assert seat.held and seat.wait(3, 0, never) == "timed out"
-        assert not other.tell(b"b")  # no one listens now: the other gives its seat up
-        assert seat.wait(3, 0, never) == "rung"
-        assert seat.take(BLOCKING_SEATS)  # back from the job: still seated, listens again
-        seat.listen()
-        rung = Holder(seat, BLOCKING_SEATS)  # the rung processor takes the other seat
-        assert rung.took
-        rung.close()
-    finally:
-        other.close()
+    seat.listen()
+    seat.busy(BLOCKING_SEATS)  # the other listens: this one keeps its seat, rings nobody
+    assert seat.held and seat.wait(3, 0, never) == "timed out"
+    assert not beside.tell(b"b")  # no one listens now: the other gives its seat up
+    assert seat.wait(3, 0, never) == "rung"
+    assert seat.take(BLOCKING_SEATS)  # back from the job: still seated, listens again
+    seat.listen()
+    rung = Holder(seat, BLOCKING_SEATS)  # the rung processor takes the other seat
+    assert rung.took
+    rung.close()
 
 
-def test_a_holder_busy_with_a_long_job_hands_its_seat_on(seat: Seat, never: int) -> None:
-    other = Holder(seat, BLOCKING_SEATS)
-    try:
-        assert other.took and seat.take(BLOCKING_SEATS)
-        other.tell(b"l")
-        seat.park(3)
-        seat.listen()
-        seat.busy(BLOCKING_SEATS)  # kept: the other listens
-        handing = threading.Thread(target=seat.hand_on)  # the heartbeat thread, job running
-        handing.start()
-        handing.join()
-        # the seat is free and the parked processor is rung, though the other listens
-        assert not seat.held and seat.wait(3, 0, never) == "rung"
-        rung = Holder(seat, BLOCKING_SEATS)
-        assert rung.took  # it listens in this one's place
-        rung.close()
-        seat.hand_on()  # again, with no seat: nothing to give up, nobody rung
-        assert seat.wait(3, 0, never) == "timed out"
-    finally:
-        other.close()
+def test_a_holder_busy_with_a_long_job_hands_its_seat_on(seat: Seat, beside: Holder,
+                                                         never: int) -> None:
+    seat.listen()
+    seat.busy(BLOCKING_SEATS)  # kept: the other listens
+    handing = threading.Thread(target=seat.hand_on)  # the heartbeat thread, job running
+    handing.start()
+    handing.join()
+    # the seat is free and the parked processor is rung, though the other listens
+    assert not seat.held and seat.wait(3, 0, never) == "rung"
+    rung = Holder(seat, BLOCKING_SEATS)
+    assert rung.took  # it listens in this one's place
+    rung.close()
+    seat.hand_on()  # again, with no seat: nothing to give up, nobody rung
+    assert seat.wait(3, 0, never) == "timed out"
 
 
 def test_of_two_holders_going_busy_at_once_one_gives_up_its_seat(seat: Seat) -> None:
