@@ -245,6 +245,19 @@ def positive(cell: str) -> bool:
         return False
 
 
+def measured(label: str, cell: str) -> bool:
+    """True when a cell of the bench table's row ``label`` holds a measurement: a number
+    above zero, or any number in the row of the p50 over the floor (a system as quick as
+    the bare waiter shows 0 or less there)."""
+    if label == "p50 over floor ms":
+        try:
+            float(cell)
+        except ValueError:
+            return False
+        return True
+    return positive(cell)
+
+
 def records(r: redis.Redis, key: str = "test:ran") -> list[dict[str, Any]]:
     """The JSON rows a test job appended to ``key`` (see tests/jobs.py)."""
     return [json.loads(x) for x in r.lrange(key, 0, -1)]

@@ -21,7 +21,7 @@ import forkq
 from forkq import keys
 from forkq.cli import _int_list
 from forkq.embedded import EmbeddedServer
-from forkq.tools import bench, bench_floor, bench_jobs, bench_phases, bench_procs
+from forkq.tools import bench, bench_floor, bench_phases, bench_procs
 from forkq.tools.bench_systems import compile_forkq
 from forkq.tools.bench_table import ROWS, Results, ratio, render
 
@@ -120,18 +120,45 @@ def test_the_floor_waiter_stamps_each_push_and_is_stopped_by_its_pid(
     waiter = bench_floor.FloorWaiter(server.url, r)
     waiter.start()
     (pid,) = waiter.roots()
-    queue = keys.queue(bench_jobs.QUEUE)
+    queue = keys.queue(bench_floor.FLOOR_QUEUE)
+    held = bench_floor.held_key(bench_floor.FLOOR_QUEUE)
     try:
         assert waiter.ready()
         r.lpush(queue, *HOSTILE)  # another writer's items on a shared server: dropped
-        until(lambda: r.llen(queue) == 0 and r.llen(bench_floor.HELD) == 0, 10)
-        assert r.llen(bench_jobs.LATENCY) == 0
-        delays = bench_phases.idle_latency(r, waiter, 20, url=server.url)
+        until(lambda: r.llen(queue) == 0 and r.llen(held) == 0, 10)
+        assert r.llen(bench_floor.FLOOR_LATENCY) == 0
+        (delays,) = bench_phases.latencies(r, [waiter.target], 20, url=server.url)
     finally:
         waiter.stop()
     assert len(delays) == 20 and all(0 < delay < 10_000 for delay in delays)
     assert not psutil.pid_exists(pid) and waiter.roots() == []
-    assert r.llen(bench_floor.HELD) == 0
+    assert r.llen(held) == 0
+
+
+def test_latency_pushes_go_to_the_targets_in_turns_each_to_its_own_queue(
+        server: EmbeddedServer, r: redis.Redis) -> None:
+    """Two bare waiters, as a system and its floor: each gets only its own pushes."""
+    waiters = [bench_floor.FloorWaiter(server.url, r),
+               bench_floor.FloorWaiter(server.url, r, queue="forkq-bench-other",
+                                       reports_to="forkq:bench:other:latency")]
+    try:
+        for waiter in waiters:
+            waiter.start()
+        assert all(waiter.ready() for waiter in waiters)
+        delays = bench_phases.latencies(r, [waiter.target for waiter in waiters], 10,
+                                        url=server.url)
+    finally:
+        for waiter in waiters:
+            waiter.stop()
+    assert [len(mine) for mine in delays] == [10, 10]
+    assert all(0 < delay < 10_000 for mine in delays for delay in mine)
+    assert all(r.llen(waiter.target.reports_to) == 0 for waiter in waiters)
+
+
+def test_each_target_is_pushed_to_first_in_turn() -> None:
+    assert [bench_phases.turns(n, 2) for n in range(3)] == [[0, 1], [1, 0], [0, 1]]
+    assert [bench_phases.turns(n, 3) for n in range(3)] == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
+    assert bench_phases.turns(5, 1) == [0]
 
 
 HOSTILE = [b"\xff\xfe not utf-8", b"[1, 2]", b'{"args": 5}', b'{"args": [1]}',

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from .conftest import ROOT, bench_table, positive, run_forkq
+from .conftest import ROOT, bench_table, measured, positive, run_forkq
 
 BAD_CONFIGS = [
     ("concurrency: [1\n", "forkq.yml:2:1: (syntax)"),
@@ -70,7 +70,7 @@ def test_bench_prints_its_figures() -> None:
                        "--latency-samples", "20", timeout=60)
     assert result.returncode == 0, result.stderr
     rows = bench_table(result.stdout, columns=1)
-    assert all(positive(cells[0]) for cells in rows.values()), result.stdout
+    assert all(measured(label, cells[0]) for label, cells in rows.items()), result.stdout
     assert f"forkq: python {platform.python_version()}, redis-py {redis.__version__}, " \
            "hiredis " in result.stdout, result.stdout
     assert " (used by redis-py)" in result.stdout, "hiredis is installed with forkq"

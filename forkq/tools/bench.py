@@ -6,10 +6,12 @@ systems alternate on a noisy machine — all against one server (a private throw
 unless ``--redis-url`` is given). Each configuration is started once per repetition and
 measured in :mod:`forkq.tools.bench_phases`: launch → first job, drain of N jobs (jobs/s,
 CPU per job of the workers' process tree and of the server, from the OS's accounting), PSS
-of the tree after the drain, idle enqueue → start latency. Each repetition first measures
-the host's floor for that latency, a bare redis-py waiter (:mod:`forkq.tools.bench_floor`),
-printed under the table. The table (:mod:`forkq.tools.bench_table`) shows the median of the
-repetitions. Progress goes to stderr, the table to stdout.
+of the tree after the drain, idle enqueue → start latency, measured in turns with the
+host's floor for that latency, a bare redis-py waiter (:mod:`forkq.tools.bench_floor`)
+started beside it: the floor's p50 and the system's p50 over it (pair by pair) are rows of
+the table, and the floor's medians are printed under it. The table
+(:mod:`forkq.tools.bench_table`) shows the median of the repetitions. Progress goes to
+stderr, the table to stdout.
 
 The daemons under test import only the benchmark's jobs (:mod:`forkq.tools.bench_jobs`).
 """
@@ -30,6 +32,7 @@ from redis.utils import HIREDIS_AVAILABLE
 
 from forkq.connection import connect
 from forkq.embedded import server_url
+from forkq.errors import ForkqError
 from forkq.tools import bench_floor, bench_procs, bench_sidekiq
 from forkq.tools import bench_phases as phases
 from forkq.tools.bench_systems import ForkqSystem, System, compile_forkq
@@ -67,9 +70,8 @@ def run(options: Options) -> int:
             results = _columns(options, tmp, url, r)
             floors: list[tuple[float, float]] = []
             for repetition in range(1, options.repeat + 1):
-                floors.append(_floor(options, url, r, repetition))
                 _repetition(options, results, tmp=tmp, url=url, r=r, server_pid=server_pid,
-                            number=repetition)
+                            number=repetition, floors=floors)
             print(render(results, header=_header(options, r) + "\n" + sides,
                          notes=[*_notes(options, server_pid), floor_note(floors)]))
         finally:
@@ -94,8 +96,10 @@ def _columns(options: Options, tmp: str, url: str, r: redis.Redis) -> Results:
 
 
 def _repetition(options: Options, results: Results, *, tmp: str, url: str, r: redis.Redis,
-                server_pid: int | None, number: int) -> None:
-    """One repetition: each side's client enqueueing, then each of its configurations."""
+                server_pid: int | None, number: int,
+                floors: list[tuple[float, float]]) -> None:
+    """One repetition: each side's client enqueueing, then each of its configurations (the
+    floor's (p50, p99) beside each is appended to ``floors``)."""
     for side in ("forkq", "sidekiq"):
         systems = [s for s in _systems(options, tmp, url, r) if s.side == side]
         if not systems:
@@ -103,24 +107,18 @@ def _repetition(options: Options, results: Results, *, tmp: str, url: str, r: re
         _enqueue(side, url, options.jobs, results, first_column=systems[0].label)
         for system in systems:
             _progress(f"repetition {number}/{options.repeat}: {system.label} ...")
-            _configuration(system, options, results, r=r, url=url, server_pid=server_pid)
-
-
-def _floor(options: Options, url: str, r: redis.Redis, number: int) -> tuple[float, float]:
-    """The host's latency floor in this repetition, (p50, p99) ms."""
-    _progress(f"repetition {number}/{options.repeat}: floor (a bare redis-py waiter) ...")
-    p50, p99 = bench_floor.measure(r, url, options.latency_samples)
-    _progress(f"  floor: latency p50 {p50:.2f} ms p99 {p99:.2f} ms")
-    return p50, p99
+            floors.append(_configuration(system, options, results, r=r, url=url,
+                                         server_pid=server_pid))
 
 
 def floor_note(floors: Sequence[tuple[float, float]]) -> str:
-    """The note line of the floor: the medians of the repetitions' p50 and p99."""
+    """The note line of the floor: the medians of its p50 and p99 beside each configuration
+    of each repetition."""
     p50 = statistics.median(p50 for p50, _ in floors)
     p99 = statistics.median(p99 for _, p99 in floors)
     return (f"host floor: idle latency p50 {p50:.2f} ms p99 {p99:.2f} ms of a bare redis-py "
-            "BLMOVE waiter (no job system), the same pushes: no Python worker starts sooner "
-            "here")
+            "BLMOVE waiter (no job system) pushed to in turns with each system: no Python "
+            "worker starts sooner here")
 
 
 def _enqueue(side: str, url: str, jobs: int, results: Results, *, first_column: str) -> None:
@@ -136,28 +134,51 @@ def _enqueue(side: str, url: str, jobs: int, results: Results, *, first_column: 
 
 
 def _configuration(system: System, options: Options, results: Results, *, r: redis.Redis,
-                   url: str, server_pid: int | None) -> None:
-    """Start ``system`` once, measure it, stop it (also on failure), record its figures."""
+                   url: str, server_pid: int | None) -> tuple[float, float]:
+    """Start ``system`` once, measure it, stop it (also on failure), record its figures; the
+    floor's (p50, p99) beside it."""
     try:
         launch = phases.launch(r, system)
         phases.warm_up(r, system)
         drained = phases.drain(r, system, options.jobs, server_pid,
                                progress=_drain_progress(options.jobs))
         pss = bench_procs.tree_pss_mb(system.roots())
-        p50, p99 = phases.percentiles(
-            phases.idle_latency(r, system, options.latency_samples, url=url))
+        delays, floor = _latency_beside_floor(r, system, options.latency_samples, url=url)
     finally:
         system.stop()
         phases.clear(r)
+    p50, p99 = phases.percentiles(delays)
+    floor_p50, floor_p99 = phases.percentiles(floor)
+    over = statistics.median(mine - bare for mine, bare in zip(delays, floor, strict=True))
     figures = {"launch": launch, "drain": drained.jobs_per_second,
                "cpu_workers": drained.workers_cpu_ms, "cpu_server": drained.server_cpu_ms,
-               "pss": pss, "p50": p50, "p99": p99}
+               "pss": pss, "p50": p50, "p99": p99, "floor_p50": floor_p50, "over_floor": over}
     for key, value in figures.items():
         results.record(system.label, key, value)
     server = "-" if drained.server_cpu_ms is None else f"{drained.server_cpu_ms:.3f}"
     _progress(f"  {system.label}: launch {launch:.2f} s, drain {drained.jobs_per_second:,.0f} "
               f"jobs/s, CPU ms/job workers {drained.workers_cpu_ms:.3f} server {server}, "
-              f"PSS {pss:.1f} MB, latency p50 {p50:.2f} ms p99 {p99:.2f} ms")
+              f"PSS {pss:.1f} MB, latency p50 {p50:.2f} ms p99 {p99:.2f} ms (floor beside "
+              f"p50 {floor_p50:.2f} ms p99 {floor_p99:.2f} ms; over it, pair by pair, "
+              f"{over:+.2f} ms)")
+    return floor_p50, floor_p99
+
+
+def _latency_beside_floor(r: redis.Redis, system: System, samples: int, *,
+                          url: str) -> tuple[list[float], list[float]]:
+    """The idle system's delays and the floor's, ``samples`` each, pushed in turns (the
+    floor's waiter started for this and stopped by its pid)."""
+    waiter = bench_floor.FloorWaiter(url, r)
+    waiter.start()
+    try:
+        if not waiter.ready():
+            raise ForkqError(f"the floor's waiter did not connect within "
+                             f"{bench_floor.START_TIMEOUT} s")
+        delays, floor = phases.latencies(r, [phases.target(system), waiter.target], samples,
+                                         url=url)
+    finally:
+        waiter.stop()
+    return delays, floor
 
 
 def _drain_progress(jobs: int) -> Callable[[int], None]:

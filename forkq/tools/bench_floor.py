@@ -1,17 +1,21 @@
 """The host's floor for ``forkq bench``'s idle latency: no job system, only redis-py waiting.
 
 :class:`FloorWaiter` runs ``python -m forkq.tools.bench_floor <url>``: a process that waits
-in ``BLMOVE`` on the benchmark's queue with redis-py and, the moment a job arrives, pushes
-``now - pushed`` to the latency list, as the benchmark job does first thing. The pushes come
-from :func:`~forkq.tools.bench_phases.idle_latency`, as for the systems under test (forkq's
-client, 2-5 ms apart, each waited for). So it measures what the host, the server and redis-py
-cost between a push and a waiting Python process's first statement: no Python job system can
-start an idle job sooner on that host, and a system's latency minus this floor is what the
-system itself adds (its hand-off, decode, lookup and middleware). On a host whose wake-ups
-are slow, the floor alone can exceed an absolute latency target.
+in ``BLMOVE`` on its own queue (:data:`FLOOR_QUEUE`) with redis-py and, the moment a job
+arrives, pushes ``now - pushed`` to :data:`FLOOR_LATENCY`, as the benchmark job does first
+thing. It runs beside each system under test while that system's idle latency is measured:
+:func:`~forkq.tools.bench_phases.latencies` pushes to the two in turns (forkq's client, each
+push waited for), so each pair of delays is measured moments apart. So it measures what the
+host, the server and redis-py cost between a push and a waiting Python process's first
+statement, at the same moments: no Python job system can start an idle job sooner on that
+host, and a system's delay minus the floor's, pair by pair, is what the system itself adds
+(its hand-off, decode, lookup and middleware), whatever the host's speed did meanwhile. On a
+host whose wake-ups are slow, the floor alone can exceed an absolute latency target.
 
-Keys: ``queue:<QUEUE>`` (taken from), :data:`HELD` (where ``BLMOVE`` puts what it took,
-trimmed after each job), :data:`READY`, and ``LATENCY``.
+Keys, for a waiter on queue ``Q`` (:data:`FLOOR_QUEUE` unless told): ``queue:Q`` (taken
+from), ``forkq:bench:floor:held:Q`` (where ``BLMOVE`` puts what it took, trimmed after each
+job), ``forkq:bench:floor:ready:Q`` (its "connected"), and the list it reports to
+(:data:`FLOOR_LATENCY` unless told).
 """
 
 from __future__ import annotations
@@ -25,13 +29,11 @@ import redis
 
 from forkq import keys
 from forkq.connection import connect
-from forkq.errors import ForkqError
 from forkq.subprocesses import terminate
-from forkq.tools import bench_phases as phases
-from forkq.tools.bench_jobs import LATENCY, QUEUE
+from forkq.tools.bench_phases import Target
 
-HELD = "forkq:bench:floor:held"
-READY = "forkq:bench:floor:ready"
+FLOOR_QUEUE = "forkq-bench-floor"
+FLOOR_LATENCY = "forkq:bench:floor:latency"
 START_TIMEOUT = 60
 STOP_TIMEOUT = 5.0
 
@@ -45,21 +47,25 @@ class FloorWaiter:
     job_class = "forkq.bench.floor"  # never looked up: the waiter reads only args[1]
     workers = 1
 
-    def __init__(self, url: str, r: redis.Redis) -> None:
+    def __init__(self, url: str, r: redis.Redis, *, queue: str = FLOOR_QUEUE,
+                 reports_to: str = FLOOR_LATENCY) -> None:
         self._url = url
         self._r = r
         self._process: subprocess.Popen[bytes] | None = None
+        self.target = Target(self.label, self.job_class, queue, reports_to)
 
     def start(self) -> None:
         """Spawn the waiter and return at once."""
-        self._r.delete(READY, HELD)
+        self._r.delete(*self._keys())
         self._process = subprocess.Popen([sys.executable, "-m", "forkq.tools.bench_floor",
-                                          self._url], stdin=subprocess.DEVNULL)
+                                          self._url, self.target.queue,
+                                          self.target.reports_to], stdin=subprocess.DEVNULL)
 
     def ready(self) -> bool:
         """Wait until the waiter has connected (up to :data:`START_TIMEOUT` s); whether it
         did."""
-        return self._r.blpop([READY], timeout=START_TIMEOUT) is not None
+        return self._r.blpop([ready_key(self.target.queue)],
+                             timeout=START_TIMEOUT) is not None
 
     def roots(self) -> list[int]:
         """The waiter's pid."""
@@ -70,36 +76,38 @@ class FloorWaiter:
         if self._process is not None:
             terminate(self._process, STOP_TIMEOUT)
             self._process = None
-        self._r.delete(HELD)
+        self._r.delete(*self._keys())
+
+    def _keys(self) -> list[str]:
+        queue = self.target.queue
+        return [held_key(queue), ready_key(queue), self.target.reports_to, keys.queue(queue)]
 
 
-def measure(r: redis.Redis, url: str, samples: int) -> tuple[float, float]:
-    """(p50, p99) in ms of ``samples`` pushes to the bare waiter; ForkqError when it does
-    not start."""
-    waiter = FloorWaiter(url, r)
-    waiter.start()
-    try:
-        if not waiter.ready():
-            raise ForkqError(f"the floor's waiter did not connect within {START_TIMEOUT} s")
-        return phases.percentiles(phases.idle_latency(r, waiter, samples, url=url))
-    finally:
-        waiter.stop()
+def held_key(queue: str) -> str:
+    """Where the waiter on ``queue`` keeps the job it took."""
+    return f"forkq:bench:floor:held:{queue}"
 
 
-def wait_and_stamp(client: redis.Redis) -> None:
-    """The waiter's loop: take a job, stamp the time first, then push its latency; an item
-    that is no benchmark push (``--redis-url`` names a server others write to) is dropped."""
-    queue = keys.queue(QUEUE)
-    client.rpush(READY, "1")
+def ready_key(queue: str) -> str:
+    """Where the waiter on ``queue`` says it has connected."""
+    return f"forkq:bench:floor:ready:{queue}"
+
+
+def wait_and_stamp(client: redis.Redis, queue: str, reports_to: str) -> None:
+    """The waiter's loop on ``queue``: take a job, stamp the time first, then push its
+    latency to ``reports_to``; an item that is no benchmark push (``--redis-url`` names a
+    server others write to) is dropped."""
+    source, held = keys.queue(queue), held_key(queue)
+    client.rpush(ready_key(queue), "1")
     while True:
-        job = client.blmove(queue, HELD, 5, "RIGHT", "RIGHT")
+        job = client.blmove(source, held, 5, "RIGHT", "RIGHT")
         now = time.time()
         if job is None:
             continue
         pushed = pushed_at(job)
         if pushed is not None:
-            client.rpush(LATENCY, repr(now - pushed))
-        client.ltrim(HELD, 1, 0)
+            client.rpush(reports_to, repr(now - pushed))
+        client.ltrim(held, 1, 0)
 
 
 def pushed_at(job: bytes | str) -> float | None:
@@ -113,9 +121,10 @@ def pushed_at(job: bytes | str) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m forkq.tools.bench_floor <url>``: wait and stamp until TERM."""
-    (url,) = sys.argv[1:] if argv is None else argv
-    wait_and_stamp(connect(url))
+    """``python -m forkq.tools.bench_floor <url> <queue> <report list>``: wait and stamp
+    until TERM."""
+    url, queue, reports_to = sys.argv[1:] if argv is None else argv
+    wait_and_stamp(connect(url), queue, reports_to)
     return 0
 
 

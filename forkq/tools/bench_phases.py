@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import redis
@@ -140,25 +140,65 @@ def _ms_per_job(seconds: float, jobs: int) -> float:
     return seconds * 1000 / jobs
 
 
+@dataclass(frozen=True)
+class Target:
+    """Where a latency push goes (``job_class`` on ``queue``) and the list its job pushes
+    ``now - pushed`` to."""
+
+    label: str
+    job_class: str
+    queue: str = QUEUE
+    reports_to: str = LATENCY
+
+
+def target(system: System) -> Target:
+    """The latency target of a system under test (the benchmark job on :data:`QUEUE`)."""
+    return Target(system.label, system.job_class)
+
+
 def idle_latency(r: redis.Redis, system: System, samples: int, *, url: str) -> list[float]:
     """Job start minus push time, in ms, of ``samples`` single pushes to the idle system,
-    each waited for, 2-5 ms apart. The pushes go through forkq's client built from ``url``,
-    as ``forkq.push`` builds its own (and as :func:`python_enqueue` times it)."""
+    each waited for, 2-5 ms apart (:func:`latencies` of the system alone)."""
+    (delays,) = latencies(r, [target(system)], samples, url=url)
+    return delays
+
+
+def latencies(r: redis.Redis, targets: Sequence[Target], samples: int, *,
+              url: str) -> list[list[float]]:
+    """Job start minus push time, in ms, of ``samples`` single pushes to each of the idle
+    ``targets``, per target in order: one round pushes once to each, in turns (the first
+    pushed rotates from round to round), each push waited for and followed by a pause, so
+    that each target waits 2-5 ms between its pushes whatever their number, and the i-th
+    delays of the targets were measured moments apart (a host slowing down shows in all).
+    The pushes go through forkq's client built from ``url``, as ``forkq.push`` builds its
+    own (and as :func:`python_enqueue` times it)."""
     clear(r)
     client = clients.Client(url=url)
+    delays: list[list[float]] = [[] for _ in targets]
     try:
-        values: list[float] = []
         for n in range(samples):
-            client.push({"class": system.job_class, "args": [n, time.time()], "queue": QUEUE,
-                         "retry": False})
-            reply = r.blpop([LATENCY], timeout=10)
-            if reply is None:
-                raise ForkqError(f"{system.label}: a latency job did not run within 10 s")
-            values.append(float(reply[1]) * 1000)
-            time.sleep(random.uniform(0.002, 0.005))
-        return values
+            for index in turns(n, len(targets)):
+                delays[index].append(_one_push(r, client, targets[index], n))
+                time.sleep(random.uniform(0.002, 0.005) / len(targets))
+        return delays
     finally:
         client.redis.close()
+
+
+def turns(round_: int, count: int) -> list[int]:
+    """The order in which round ``round_`` pushes to ``count`` targets: from target
+    ``round_ % count`` on, so each target is pushed to first in turn."""
+    return [(round_ + turn) % count for turn in range(count)]
+
+
+def _one_push(r: redis.Redis, client: clients.Client, to: Target, n: int) -> float:
+    """Push one latency job to ``to`` and wait for its report; the delay in ms."""
+    client.push({"class": to.job_class, "args": [n, time.time()], "queue": to.queue,
+                 "retry": False})
+    reply = r.blpop([to.reports_to], timeout=10)
+    if reply is None:
+        raise ForkqError(f"{to.label}: a latency job did not run within 10 s")
+    return float(reply[1]) * 1000
 
 
 def percentiles(values: list[float]) -> tuple[float, float]:

@@ -30,6 +30,8 @@ ROWS = (
     Row("cpu_server", "CPU ms/job redis-server", 3, False),
     Row("p50", "idle latency p50 ms", 2, False),
     Row("p99", "idle latency p99 ms", 2, False),
+    Row("floor_p50", "floor beside p50 ms", 2, False),
+    Row("over_floor", "p50 over floor ms", 2, False),
     Row("launch", "launch -> first job s", 2, False),
     Row("pss", "PSS worker tree MB", 1, False),
     Row("enqueue_one", "enqueue one-by-one jobs/s", 0, True),
@@ -64,15 +66,16 @@ class Results:
 
 
 def ratio(results: Results, row: Row) -> float | None:
-    """forkq's best column over Sidekiq's best column, None without both."""
+    """forkq's best column over Sidekiq's best column; None without both, or when
+    Sidekiq's best is not above zero."""
     best = max if row.higher_is_better else min
     sides: dict[str, list[float]] = {"forkq": [], "sidekiq": []}
     for label in results.columns:
         value = results.median(label, row.key)
         if value is not None:
             sides[results.sides[label]].append(value)
-    if not sides["forkq"] or not sides["sidekiq"] or best(sides["sidekiq"]) == 0:
-        return None
+    if not sides["forkq"] or not sides["sidekiq"] or best(sides["sidekiq"]) <= 0:
+        return None  # (a delay over the floor can be 0 or less)
     return best(sides["forkq"]) / best(sides["sidekiq"])
 
 
