@@ -9,6 +9,7 @@ connections (``timeout``) costs the waiting processors nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -28,7 +29,7 @@ from forkq.daemon import held_jobs
 from forkq.daemon.children.blocking_wait import BlockingWait, name_for
 from forkq.daemon.children.queuewatch import QueueWatch
 from forkq.daemon.master.effects import CANCEL_WATCH
-from forkq.daemon.seat import BLOCKING_SEATS
+from forkq.daemon.seat import BLOCKING_SEATS, MIN_SLOTS
 from forkq.embedded import EmbeddedServer
 
 from .conftest import named, push, records, throwaway_server, until
@@ -86,6 +87,40 @@ def test_two_idle_processors_of_one_queue_wait_in_redis_and_the_others_park(
     assert max(seen) == BLOCKING_SEATS, seen  # a parked processor fetches, then parks again
     jid = push(r, "Record", "after")
     until(lambda: jid in [row["jid"] for row in records(r)], 5, d.log)
+
+
+def test_only_the_processors_that_may_wait_on_a_seat_keep_its_files(r: redis.Redis,
+                                                                    daemon: Any) -> None:
+    """A seat's doorbells (a pipe per slot) and its lock file are open in the master and in
+    the processors that wait on it; the scheduler and a processor of lanes, forked by the
+    same master, have none of them."""
+    d = daemon("concurrency: 4\nrequire: jobs\nlog_level: warning\n")
+    (processor, *_) = d.wait_children(4)
+    seat = _shared_with_master(d.pid, processor.pid)
+    assert len(seat) == MIN_SLOTS + 1, seat  # the bells and the file: what the test sees
+    assert _shared_with_master(d.pid, d.scheduler().pid) == set()
+    lanes = daemon("concurrency: 2\nasync_concurrency: 5\nrequire: jobs\nlog_level: warning\n")
+    (child, *_) = lanes.wait_children(2)
+    assert _shared_with_master(lanes.pid, child.pid) == set()
+
+
+def _shared_with_master(master: int, child: int) -> set[str]:
+    """The pipes and unlinked files open both in ``master`` and in its ``child``, but for
+    the master's standard streams (which every child keeps)."""
+    mine = _open_files(master)
+    streams = {mine.get(fd) for fd in (0, 1, 2)}
+    shared = set(mine.values()) & set(_open_files(child).values())
+    return {name for name in shared - streams
+            if name.startswith("pipe:") or name.endswith("(deleted)")}
+
+
+def _open_files(pid: int) -> dict[int, str]:
+    """What each of ``pid``'s file descriptors names (``pipe:[inode]``, a path ...)."""
+    found = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):  # closed while listed
+            found[int(fd)] = os.readlink(f"/proc/{pid}/fd/{fd}")
+    return found
 
 
 @pytest.mark.parametrize("queues", ["", MULTI], ids=["one-queue", "weighted-queues"])

@@ -48,9 +48,10 @@ mapping of one ``monotonic_ns`` stamp per slot (0: not parked). Such locks belon
 process, are not inherited by a fork, and the kernel drops them when the process dies, so a
 dead holder never keeps a seat: when the master reaps a child, it clears the listening mark
 of every free seat (holding the seat while it does, so no new holder's mark is lost) and
-rings every doorbell. The marks are a shared mapping of one byte per seat. A
-doorbell is a non-blocking pipe per slot (two fds per slot in every process of the daemon);
-a ring is one byte, and a parked processor drains what it finds. A :class:`Seat` serves
+rings every doorbell. The marks are a shared mapping of one byte per seat. A doorbell is a
+non-blocking pipe per slot (two fds per slot in the master and its processors; the
+scheduler and processors of lanes close them at once); a ring is one byte, and a parked
+processor drains what it finds. A :class:`Seat` serves
 ``slots`` slots, at least :data:`MIN_SLOTS`: a reload that raises ``concurrency`` beyond
 that gives the processors forked after it a seat of their own
 (:class:`forkq.daemon.master.pool.Pool`), so until the older ones are replaced, each group

@@ -168,10 +168,9 @@ class Pool:
         The signals stay blocked until its handlers are installed."""
         self._in_child()
         self.close_reports()
-        for seat in self._seats():
-            if seat is not self._seat:  # an older generation's: not this child's
-                seat.close()
-        if self.config.async_concurrency > 1:
+        lanes = self.config.async_concurrency > 1
+        self.close_seats(keep=None if lanes else self._seat)  # lanes never wait on a seat
+        if lanes:
             return Lanes(self.config, identity=self.identity, slot=slot,
                          registry=self.registry, middleware=self.middleware,
                          report_fd=report_fd).run()
@@ -207,6 +206,14 @@ class Pool:
     def _seats(self) -> list[Seat]:
         """Every seat open in the master: the current one and those its children use."""
         return list({id(seat): seat for seat in (self._seat, *self._seat_of.values())}.values())
+
+    def close_seats(self, keep: Seat | None = None) -> None:
+        """In a freshly forked child: close every seat but ``keep`` (the one a processor
+        child was forked with; an older generation's, and any seat in a child that never
+        waits on one, the scheduler or a processor of lanes, only hold its fds)."""
+        for seat in self._seats():
+            if seat is not keep:
+                seat.close()
 
     def close_reports(self) -> None:
         """In a freshly forked child: close the master's ends of the boot-report pipes."""

@@ -153,7 +153,8 @@ class Supervisor:
                          registry=self.registry, middleware=self.middleware,
                          in_child=self._in_child, processes=processes, clock=self._clock)
         self.scheduler = SchedulerSlot(self.config, identity=self.identity,
-                                       registry=self.registry, in_child=self._in_child,
+                                       registry=self.registry,
+                                       in_child=self._in_scheduler_child,
                                        processes=processes, clock=self._clock)
         self._info = self._process_info()
         self._check_credentials()
@@ -210,6 +211,12 @@ class Supervisor:
         self.pool.close_reports()
         for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
             os.environ.pop(name, None)
+
+    def _in_scheduler_child(self) -> None:
+        """Run in a freshly forked scheduler: drop what belongs to the master, and the
+        processors' seats (the scheduler never waits on one)."""
+        self._in_child()
+        self.pool.close_seats()
 
     def loop_once(self, now: float) -> None:
         """One turn: signals → reap → watch → stop or top up → beat → title and notify."""
