@@ -80,11 +80,7 @@ def test_two_idle_processors_of_one_queue_wait_in_redis_and_the_others_park(
         r: redis.Redis, daemon: Any) -> None:
     d = daemon("concurrency: 4\nrequire: jobs\nlog_level: warning\n")
     d.wait_children(4)
-    until(lambda: _blocked(r) == BLOCKING_SEATS, 15, "the idle children are not waiting")
-    seen, deadline = set(), time.monotonic() + 3  # past a parked processor's own 2 s fetch
-    while time.monotonic() < deadline:
-        seen.add(_blocked(r))
-    assert max(seen) == BLOCKING_SEATS, seen  # a parked processor fetches, then parks again
+    _assert_two_listen_over(r, 3.0)  # past a parked processor's own 2 s fetch
     jid = push(r, "Record", "after")
     until(lambda: jid in [row["jid"] for row in records(r)], 5, d.log)
 
@@ -147,6 +143,37 @@ def test_a_reload_that_raises_concurrency_seats_the_new_processors(
     until(lambda: r.scard(keys.INFLIGHT_REGISTRY) == 5, 15, d.log)
     _assert_a_burst_starts_on_every_processor(r, d, 5)
     assert "Traceback" not in d.log(), d.log()
+
+
+def test_a_reload_past_the_seats_count_seats_the_processors_already_running(
+        r: redis.Redis, daemon: Any) -> None:
+    """At ``concurrency: 2`` both idle processors listen (no seats); raised to 4 by a reload,
+    the two already running take seats as the newcomers do: two listen, not four."""
+    d = daemon("concurrency: 2\nrequire: jobs\nlog_level: warning\n")
+    d.wait_children(2)
+    until(lambda: _blocked(r) == 2, 15, "the idle children are not waiting")
+    path = Path(d.config_file)
+    path.write_text(path.read_text().replace("concurrency: 2", "concurrency: 4"))
+    d.signal(signal.SIGHUP)
+    d.wait_children(4)
+    until(lambda: r.scard(keys.INFLIGHT_REGISTRY) == 4, 15, d.log)
+    _assert_two_listen_over(r, 3.0)  # past each one's own 2 s fetch
+    path.write_text(path.read_text().replace("concurrency: 4", "concurrency: 2"))
+    d.signal(signal.SIGHUP)  # back to two: both listen again, with or without a seat
+    d.wait_children(2)
+    until(lambda: _blocked(r) == 2, 15, lambda: f"not both listen; log:\n{d.log()}")
+    _assert_a_burst_starts_on_every_processor(r, d, 2)
+
+
+def _assert_two_listen_over(r: redis.Redis, seconds: float) -> None:
+    """Two clients wait in BLMOVE within a few seconds, and never more than two over the
+    next ``seconds``."""
+    until(lambda: _blocked(r) == BLOCKING_SEATS, 15,
+          lambda: f"{_blocked(r)} wait in BLMOVE, not {BLOCKING_SEATS}")
+    seen, deadline = set(), time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        seen.add(_blocked(r))
+    assert max(seen) == BLOCKING_SEATS, seen  # a parked processor fetches, then parks again
 
 
 def test_a_long_job_on_a_listener_lets_a_parked_processor_listen(r: redis.Redis,

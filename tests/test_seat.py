@@ -245,6 +245,29 @@ def test_the_master_rings_every_slot_and_forgets_the_gone_one(seat: Seat, never:
     assert [seat.wait(slot, 0, never) for slot in (0, 1)] == ["rung", "timed out"]
 
 
+def test_how_many_processors_share_the_seats_is_seen_by_forked_ones_and_rings_all(
+        seat: Seat, never: int) -> None:
+    assert seat.sharing == 0  # until the master says
+    answer_read, answer_write = os.pipe()
+    go_read, go_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child: reports what it sees after the change
+        try:
+            os.read(go_read, 1)
+            os.write(answer_write, str(seat.sharing).encode())
+        finally:
+            os._exit(0)
+    try:
+        seat.share(4)  # a reload raised concurrency past the seats
+        os.write(go_write, b"!")
+        assert os.read(answer_read, 8) == b"4"
+    finally:
+        os.waitpid(pid, 0)
+        for fd in (answer_read, answer_write, go_read, go_write):
+            os.close(fd)
+    assert [seat.wait(slot, 0, never) for slot in range(4)] == ["rung"] * 4  # all look again
+
+
 def test_a_process_stopped_holding_the_registry_stops_no_other(seat: Seat,
                                                                never: int) -> None:
     ready_read, ready_write = os.pipe()

@@ -14,7 +14,10 @@ two (:data:`BLOCKING_SEATS`): while one runs a job the other listens, and they t
 without waking anyone (with one seat, each job of a lightly loaded daemon would wake a
 parked processor to listen in its place: measured, 0.2-0.3 ms more CPU per job). A key
 watch wakes every watcher, so processors of several queues use one. A daemon with no more
-processors than seats uses none: all its idle processors listen.
+processors than seats uses none: all its idle processors listen. How many processors share
+the seats is the master's word (:meth:`Seat.share`, in shared memory, read at each idle
+turn), so a reload that raises or lowers ``concurrency`` across that line changes what the
+running processors do too.
 
 A holder marks itself *listening* just before it waits. When it takes a job it clears the
 mark and keeps its seat if another holder listens (it listens again after the job, with no
@@ -85,6 +88,7 @@ MIN_SLOTS = 16
 """Slots a seat has at least, so that a reload raising ``concurrency`` up to that keeps one
 seat for all processors."""
 _STAMP = struct.Struct("=Q")
+_COUNT = struct.Struct("=I")
 
 Woken = Literal["woken", "rung", "timed out"]
 """What ended a parked wait: the wake fd (a signal), the doorbell, or the timeout."""
@@ -101,6 +105,7 @@ class Seat:
         self._fd = self._file.fileno()
         self._parked = mmap.mmap(-1, _STAMP.size * slots)
         self._listening = mmap.mmap(-1, BLOCKING_SEATS)  # per seat: 1 while its holder listens
+        self._sharing = mmap.mmap(-1, _COUNT.size)  # how many processors share the seats
         self._bells: list[tuple[int, int]] = []
         self._seat: int | None = None  # the seat this process holds
         # between a processor's threads (its heartbeat thread hands the seat on); a record
@@ -112,6 +117,20 @@ class Seat:
         except OSError:  # out of fds: nothing is left open
             self.close()
             raise
+
+    @property
+    def sharing(self) -> int:
+        """How many processors share these seats, as the master last said
+        (:meth:`share`; 0 before it did)."""
+        return int(_COUNT.unpack_from(self._sharing)[0])
+
+    def share(self, processors: int) -> None:
+        """In the master: ``processors`` share these seats from now on (the processors read
+        it at each idle turn: a daemon whose reload raised ``concurrency`` past the number of
+        seats has its running processors take seats as its new ones do). Each slot is rung,
+        so a parked processor looks again at once."""
+        _COUNT.pack_into(self._sharing, 0, processors)
+        self._ring_all()
 
     @property
     def held(self) -> bool:
@@ -219,8 +238,11 @@ class Seat:
             if _try_lock(self._fd, seat):  # free: no holder can mark it while the master holds it
                 self._listening[seat] = 0
                 fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, seat)
+        self._ring_all()
+
+    def _ring_all(self) -> None:
         for _, write_fd in self._bells:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # a full pipe already rings
                 os.write(write_fd, b"!")
 
     def close(self) -> None:
@@ -232,6 +254,7 @@ class Seat:
         self._bells = []
         self._parked.close()
         self._listening.close()
+        self._sharing.close()
         self._file.close()
 
     def _latest(self) -> int | None:

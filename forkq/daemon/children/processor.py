@@ -165,8 +165,7 @@ class Processor:
         self._beat.held_jids = self._held_jids
         single = self._fetcher.single_queue
         self._blocking = BlockingWait(self.redis, self.inflight_key, single) if single else None
-        seats = BLOCKING_SEATS if single else 1  # how many idle processors listen
-        self._seats = seats if self.config.concurrency > seats else 0  # 0: all of them
+        self._seat_count = BLOCKING_SEATS if single else 1  # how many idle processors listen
         self._single = keys.queue_name(single or "")  # the queue a blocking move takes from
         self._watch = QueueWatch(self.redis, prefixes=QUEUE_WATCH)
         self._loop = coroutines.EventLoop()
@@ -189,7 +188,8 @@ class Processor:
             self._outage.refused(exc, "registering the in-flight list (fetches register it)")
         if self._blocking is None:
             self._watch.open()
-            if self._seats and not self._seat.take(self._seats):
+            seats = self._seats
+            if seats and not self._seat.take(seats):
                 self._watch.pause()  # another processor listens (see _idle_watching)
         self._registered = True
         self._report("ready")
@@ -305,20 +305,33 @@ class Processor:
         elif self._seat.held:
             self._watch.arm()  # subscribed before the fetch that follows
 
+    @property
+    def _seats(self) -> int:
+        """How many seats the idle processors of this daemon share now: 0 (every idle one
+        listens) while there are no more processors than seats (the master says how many
+        there are: a reload may change it)."""
+        count = self._seat_count
+        return count if self._seat.sharing > count else 0
+
     def _seated(self) -> bool:
         """True when this processor holds a seat (:mod:`forkq.daemon.seat`) and may listen
         now. Else it parks until it is rung, a signal arrives, or IDLE_WAIT has passed, takes
         a seat if one is free, and returns False: the caller fetches before it listens.
         Always True when there are no more processors than seats."""
-        if not self._seats or self._seat.take(self._seats):
+        seats = self._seats
+        if not seats:
+            if self._seat.held:  # a reload left no more processors than seats
+                self._seat.release(self._seat_count)
+            return True
+        if self._seat.take(seats):
             return True
         self._seat.park(self.slot)
         try:
-            if self._seat.take(self._seats):  # a holder left between the two tries
+            if self._seat.take(seats):  # a holder left between the two tries
                 return True
             if self._seat.wait(self.slot, IDLE_WAIT, self._pipe.fd) == "woken":
                 self._stop_if_told(self._pipe.drain())
-            self._seat.take(self._seats)
+            self._seat.take(seats)
         finally:
             self._seat.leave(self.slot)
         return False
@@ -331,11 +344,12 @@ class Processor:
         parked processor is rung."""
         if self._blocking is None:
             self._watch.pause()
-        if self._seats:
+        seats = self._seats
+        if seats:
             if busy:
-                self._seat.busy(self._seats)
+                self._seat.busy(seats)
             else:
-                self._seat.release(self._seats)
+                self._seat.release(seats)
 
     def _settle(self, *, fetch: bool) -> Fetched | None:
         """Acknowledge the last job and/or fetch: the first job fetched (the others of a

@@ -131,6 +131,14 @@ class Pool:
         """RSS of the children in KB (for the process record)."""
         return int(sum(self._processes.rss_mb(pid) for pid in self.children) * 1024)
 
+    def configure(self, config: Config) -> None:
+        """Take a reloaded configuration; a new ``concurrency`` is the number of processors
+        that share the seats (the running ones see it at their next idle turn)."""
+        self.config = config
+        for seat in self._seats():
+            if seat.sharing != config.concurrency:
+                seat.share(config.concurrency)
+
     # -- forking -----------------------------------------------------------------------------
 
     def top_up(self, now: float) -> None:
@@ -410,5 +418,8 @@ class Pool:
 
 
 def _new_seat(concurrency: int) -> Seat:
-    """A seat for ``concurrency`` processor slots, and at least :data:`MIN_SLOTS`."""
-    return Seat(max(concurrency, MIN_SLOTS))
+    """A seat for ``concurrency`` processor slots, and at least :data:`MIN_SLOTS`, shared by
+    ``concurrency`` processors."""
+    seat = Seat(max(concurrency, MIN_SLOTS))
+    seat.share(concurrency)
+    return seat

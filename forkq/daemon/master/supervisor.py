@@ -350,7 +350,8 @@ class Supervisor:
             return
         log.info("reload: %s", reload.describe(diff))
         old = self.config
-        self.config = self.pool.config = self.scheduler.config = merged
+        self.config = self.scheduler.config = merged
+        self.pool.configure(merged)
         logging.getLogger().setLevel(merged.log_level.upper())
         self._info = self._process_info()
         self._next_beat = 0.0
