@@ -90,14 +90,21 @@ def test_only_the_processors_that_may_wait_on_a_seat_keep_its_files(r: redis.Red
     """A seat's doorbells (a pipe per slot) and its lock file are open in the master and in
     the processors that wait on it; the scheduler and a processor of lanes, forked by the
     same master, have none of them."""
-    d = daemon("concurrency: 4\nrequire: jobs\nlog_level: warning\n")
-    (processor, *_) = d.wait_children(4)
+    d = daemon("concurrency: 4\nrequire: jobs\n")
+    (processor, *_) = _booted(d, 4)
     seat = _shared_with_master(d.pid, processor.pid)
     assert len(seat) == MIN_SLOTS + 1, seat  # the bells and the file: what the test sees
     assert _shared_with_master(d.pid, d.scheduler().pid) == set()
-    lanes = daemon("concurrency: 2\nasync_concurrency: 5\nrequire: jobs\nlog_level: warning\n")
-    (child, *_) = lanes.wait_children(2)
+    lanes = daemon("concurrency: 2\nasync_concurrency: 5\nrequire: jobs\n")
+    (child, *_) = _booted(lanes, 2)
     assert _shared_with_master(lanes.pid, child.pid) == set()
+
+
+def _booted(d: Any, count: int) -> list[Any]:
+    """The ``count`` children of ``d`` once each has reported its boot (the master has
+    closed its end of their boot-report pipes then)."""
+    until(lambda: f"ready: {count} processors fetching" in d.log(), 15, d.log)
+    return list(d.wait_children(count))
 
 
 def _shared_with_master(master: int, child: int) -> set[str]:
@@ -337,6 +344,59 @@ def test_a_waiting_connection_the_server_closed_between_waits_is_replaced(
         waiting.close()
         os.close(read_fd)
         os.close(write_fd)
+
+
+def test_a_waiting_connection_the_server_closes_while_it_waits_ends_the_wait(
+        r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """A close by the server during a wait is a timeout with a warning, not an outage; a
+    second within CLOSED_AGAIN is raised (the caller backs off): no busy loop."""
+    inflight = keys.inflight("host:1:abc", 4344)
+    waiting = BlockingWait(r, inflight, "queue:waiting")
+    read_fd, write_fd = os.pipe()
+    try:
+        for outcome in (None, redis.ConnectionError):
+            killer = threading.Thread(target=_kill_when_waiting, args=(r, name_for(inflight)))
+            killer.start()
+            try:
+                if outcome is None:
+                    assert waiting.wait(5, read_fd) is None
+                else:
+                    with pytest.raises(outcome):
+                        waiting.wait(5, read_fd)
+            finally:
+                killer.join(10)
+        assert "closed this processor's waiting connection" in caplog.text
+        r.lpush("queue:waiting", "after")
+        assert waiting.wait(1, read_fd) == b"after"  # a new connection waits again
+    finally:
+        waiting.close()
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def _kill_when_waiting(r: redis.Redis, name: str) -> None:
+    """CLIENT KILL the connection named ``name`` once it is blocked in its BLMOVE."""
+    until(lambda: any(c["name"] == name and c["cmd"] == "blmove" for c in r.client_list()),
+          5, f"{name} is not waiting")
+    [found] = named(r, name)
+    r.client_kill_filter(_id=found)
+
+
+def test_a_daemon_whose_waiting_connections_are_killed_sees_no_outage(
+        r: redis.Redis, daemon: Any) -> None:
+    d = daemon("concurrency: 2\nrequire: jobs\nlog_level: info\n")
+    d.wait_children(2)
+    until(lambda: _blocked(r) == 2, 15, "the idle children are not waiting")
+    killed = [c["id"] for c in r.client_list() if c["cmd"] == "blmove"]
+    assert len(killed) == 2 and all(r.client_kill_filter(_id=i) for i in killed)
+    until(lambda: _blocked(r) == 2, 5, lambda: f"they do not wait again; log:\n{d.log()}")
+    jid = push(r, "Lag", "after")
+    until(lambda: r.llen("test:lag") == 1, 5, d.log)
+    [row] = records(r, "test:lag")
+    assert row["jid"] == jid and row["lag"] < 0.5, row
+    log = d.log()
+    assert log.count("closed this processor's waiting connection") == 2, log
+    assert "unavailable" not in log and "downtime" not in log, log
 
 
 @pytest.fixture

@@ -18,10 +18,19 @@ move a job into a list that was already given back.
 A stop request (the wake pipe) while waiting drops the connection: a job Redis moved in at
 that moment stays in the in-flight list, and the master gives it back unchanged to the
 front of its queue when it settles the exited child.
+
+A waiting connection the server closes while it waits (``CLIENT KILL`` by an operator or by
+the take-back above, a proxy, a failover) is no outage: the wait ends as after a timeout,
+with a warning, and the processor fetches again on its own connection, where an outage
+shows for what it is. Only a second such close within :data:`CLOSED_AGAIN` seconds is
+raised (the caller's outage handling then backs off), so a server that closes every
+blocking command at once costs no busy loop.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 import redis
@@ -30,7 +39,12 @@ from forkq import keys
 from forkq.daemon import pipes
 from forkq.round_trips import drop_if_closed
 
+log = logging.getLogger(__name__)
+
 NAME_PREFIX = keys.WAITER_PREFIX
+CLOSED_AGAIN = 1.0
+"""Seconds within which a second close of the waiting connection by the server is raised
+as an outage rather than waited through."""
 WAKE = object()
 """What :meth:`BlockingWait.wait` returns when the wake pipe became readable."""
 
@@ -49,28 +63,50 @@ class BlockingWait:
         self._inflight = inflight_key
         self._queue = queue_key
         self._conn: Any = None
+        self._closed_at = -CLOSED_AGAIN  # monotonic time the server last closed a wait
 
     def wait(self, timeout: int, wake_fd: int) -> bytes | object | None:
         """Wait up to ``timeout`` seconds for a job to be moved into the (armed) in-flight
-        list; the job's bytes, None after the timeout, or :data:`WAKE` when ``wake_fd``
+        list; the job's bytes, None after the timeout or when the server closed the
+        connection while it waited (see the module's doc), or :data:`WAKE` when ``wake_fd``
         became readable (the connection is dropped then).
 
-        Raises redis.RedisError when the connection fails or Redis refuses the move (the
+        Raises redis.RedisError when the connection cannot be made, Redis refuses the move,
+        or closes the connection a second time within :data:`CLOSED_AGAIN` seconds (the
         caller's outage handling applies); the connection is dropped then too.
         """
+        waiting = False  # the move was sent: a close from now on is the server's
         try:
             conn = self._connection()
             conn.send_command("BLMOVE", self._queue, self._inflight, "RIGHT", "RIGHT", timeout)
+            waiting = True
             fd = conn._sock.fileno()
             readable = pipes.readable([fd, wake_fd], timeout + 5)
             if fd not in readable:
                 self.close()
                 return WAKE if wake_fd in readable else None
             job: bytes | None = conn.read_response()
+        except redis.ConnectionError as exc:
+            self.close()
+            if waiting and self._closed_while_waiting(exc):
+                return None
+            raise
         except BaseException:
             self.close()
             raise
         return job
+
+    def _closed_while_waiting(self, exc: redis.ConnectionError) -> bool:
+        """Whether the server's close of the waiting connection (``exc``) ends the wait as
+        a timeout does: unless it closed the one before less than :data:`CLOSED_AGAIN`
+        seconds ago (it is logged)."""
+        now = time.monotonic()
+        if now - self._closed_at < CLOSED_AGAIN:
+            return False
+        self._closed_at = now
+        log.warning("the server closed this processor's waiting connection (%s: CLIENT KILL, "
+                    "a proxy or a failover?); fetching again", exc)
+        return True
 
     def _connection(self) -> Any:
         """The waiting connection, connected and named: a new one when there is none or the
