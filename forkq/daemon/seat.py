@@ -54,11 +54,10 @@ of every free seat (holding the seat while it does, so no new holder's mark is l
 rings every doorbell. The marks are a shared mapping of one byte per seat. A doorbell is a
 non-blocking pipe per slot (two fds per slot in the master and its processors; the
 scheduler and processors of lanes close them at once); a ring is one byte, and a parked
-processor drains what it finds. A :class:`Seat` serves
-``slots`` slots, at least :data:`MIN_SLOTS`: a reload that raises ``concurrency`` beyond
-that gives the processors forked after it a seat of their own
-(:class:`forkq.daemon.master.pool.Pool`), so until the older ones are replaced, each group
-has its own listeners.
+processor drains what it finds. A :class:`Seat` serves ``slots`` slots, at least
+:data:`MIN_SLOTS`: a reload that raises ``concurrency`` beyond that gives the processors
+forked after it a seat of their own (:class:`forkq.daemon.master.pool.Pool`), so until the
+older ones are replaced, each group has its own listeners.
 """
 
 from __future__ import annotations
