@@ -21,6 +21,7 @@ import forkq
 from forkq import keys
 from forkq.cli import _int_list
 from forkq.embedded import EmbeddedServer
+from forkq.errors import ForkqError
 from forkq.tools import bench, bench_floor, bench_phases, bench_procs
 from forkq.tools.bench_systems import compile_forkq
 from forkq.tools.bench_table import ROWS, Results, ratio, render
@@ -153,6 +154,15 @@ def test_latency_pushes_go_to_the_targets_in_turns_each_to_its_own_queue(
     assert [len(mine) for mine in delays] == [10, 10]
     assert all(0 < delay < 10_000 for mine in delays for delay in mine)
     assert all(r.llen(waiter.target.reports_to) == 0 for waiter in waiters)
+
+
+def test_a_report_that_is_no_delay_is_a_clear_error(server: EmbeddedServer,
+                                                    r: redis.Redis) -> None:
+    junk = bench_phases.Target("junk", "forkq.bench.none", "forkq-bench-none",
+                               "forkq:bench:junk")
+    r.rpush(junk.reports_to, b"\xff not a number")  # another writer on a shared server
+    with pytest.raises(ForkqError, match=r"junk: forkq:bench:junk held .*not a delay"):
+        bench_phases.latencies(r, [junk], 1, url=server.url)
 
 
 def test_each_target_is_pushed_to_first_in_turn() -> None:

@@ -247,7 +247,12 @@ def test_the_master_rings_every_slot_and_forgets_the_gone_one(seat: Seat, never:
 
 def test_how_many_processors_share_the_seats_is_seen_by_forked_ones_and_rings_all(
         seat: Seat, never: int) -> None:
-    assert seat.sharing == 0  # until the master says
+    assert seat.sharing == 0  # as made
+    made = Seat(2, sharing=3)
+    try:
+        assert made.sharing == 3
+    finally:
+        made.close()
     answer_read, answer_write = os.pipe()
     go_read, go_write = os.pipe()
     pid = os.fork()

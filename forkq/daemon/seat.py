@@ -94,17 +94,19 @@ Woken = Literal["woken", "rung", "timed out"]
 
 
 class Seat:
-    """The seats, the parked registry and the doorbells of ``slots`` processor slots (create
-    in the master, before the children that use it are forked). A process uses the same
-    ``seats`` (1 or :data:`BLOCKING_SEATS`) in every call."""
+    """The seats, the parked registry and the doorbells of ``slots`` processor slots, shared
+    by ``sharing`` processors (create in the master, before the children that use it are
+    forked; :meth:`share` changes it). A process uses the same ``seats`` (1 or
+    :data:`BLOCKING_SEATS`) in every call."""
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, *, sharing: int = 0) -> None:
         self.slots = slots
         self._file = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as its children
         self._fd = self._file.fileno()
         self._parked = mmap.mmap(-1, _STAMP.size * slots)
         self._listening = mmap.mmap(-1, BLOCKING_SEATS)  # per seat: 1 while its holder listens
         self._sharing = mmap.mmap(-1, _COUNT.size)  # how many processors share the seats
+        _COUNT.pack_into(self._sharing, 0, sharing)
         self._bells: list[tuple[int, int]] = []
         self._seat: int | None = None  # the seat this process holds
         # between a processor's threads (its heartbeat thread hands the seat on); a record
@@ -119,8 +121,7 @@ class Seat:
 
     @property
     def sharing(self) -> int:
-        """How many processors share these seats, as the master last said
-        (:meth:`share`; 0 before it did)."""
+        """How many processors share these seats, as the master last said."""
         return int(_COUNT.unpack_from(self._sharing)[0])
 
     def share(self, processors: int) -> None:

@@ -39,13 +39,10 @@ STOP_TIMEOUT = 5.0
 
 
 class FloorWaiter:
-    """The bare waiter as a :class:`~forkq.tools.bench_systems.System`: one worker, stopped
-    by its pid."""
+    """The bare waiter: one process, pushed to at :attr:`target`, stopped by its pid."""
 
     label = "floor"
-    side = "floor"
     job_class = "forkq.bench.floor"  # never looked up: the waiter reads only args[1]
-    workers = 1
 
     def __init__(self, url: str, r: redis.Redis, *, queue: str = FLOOR_QUEUE,
                  reports_to: str = FLOOR_LATENCY) -> None:

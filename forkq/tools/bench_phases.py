@@ -198,7 +198,11 @@ def _one_push(r: redis.Redis, client: clients.Client, to: Target, n: int) -> flo
     reply = r.blpop([to.reports_to], timeout=10)
     if reply is None:
         raise ForkqError(f"{to.label}: a latency job did not run within 10 s")
-    return float(reply[1]) * 1000
+    try:
+        return float(reply[1]) * 1000
+    except ValueError:
+        raise ForkqError(f"{to.label}: {to.reports_to} held {reply[1]!r}, not a delay "
+                         "(another writer on this server?)") from None
 
 
 def percentiles(values: list[float]) -> tuple[float, float]:

@@ -420,6 +420,4 @@ class Pool:
 def _new_seat(concurrency: int) -> Seat:
     """A seat for ``concurrency`` processor slots, and at least :data:`MIN_SLOTS`, shared by
     ``concurrency`` processors."""
-    seat = Seat(max(concurrency, MIN_SLOTS))
-    seat.share(concurrency)
-    return seat
+    return Seat(max(concurrency, MIN_SLOTS), sharing=concurrency)
