@@ -16,6 +16,7 @@ starts is stopped in teardown by its pid, children included, also on failure.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ import psutil
 import pytest
 import redis
 
+from forkq import scripts
 from forkq.client import Client
 from forkq.embedded import EmbeddedServer, find_binary
 from forkq.subprocesses import wait_for
@@ -235,6 +237,28 @@ def bench_table(stdout: str, columns: int) -> dict[str, list[str]]:
         assert len(cells) == columns, f"row {row.label!r}: {cells}\n{stdout}"
         rows[row.label] = cells
     return rows
+
+
+@contextlib.contextmanager
+def counting_fetches(r: redis.Redis) -> Iterator[Callable[[], int]]:
+    """A count of the calls of fetch.lua from now on, and only those (heartbeats, the
+    leader's lease and the scheduler's moves are scripts too, on their own clocks): the
+    server logs every command in its slow log meanwhile, and its settings are restored."""
+    sha = hashlib.sha1(scripts.source("fetch").encode()).hexdigest().encode()
+    saved = r.config_get("slowlog-*")
+    r.config_set("slowlog-max-len", 1_000_000)
+    r.config_set("slowlog-log-slower-than", 0)
+    r.slowlog_reset()
+
+    def count() -> int:
+        return sum(1 for entry in r.slowlog_get(1_000_000)
+                   if entry["command"].lower().startswith(b"evalsha " + sha))
+    try:
+        yield count
+    finally:
+        for name, value in saved.items():
+            r.config_set(name, value)
+        r.slowlog_reset()
 
 
 def positive(cell: str) -> bool:

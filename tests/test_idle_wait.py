@@ -32,16 +32,10 @@ from forkq.daemon.master.effects import CANCEL_WATCH
 from forkq.daemon.seat import BLOCKING_SEATS, MIN_SLOTS
 from forkq.embedded import EmbeddedServer
 
-from .conftest import named, push, records, throwaway_server, until
+from .conftest import counting_fetches, named, push, records, throwaway_server, until
 from .test_sidekiq_interop import _run_ruby
 
 MULTI = "queues: [[critical, 2], default]\n"
-
-
-def _script_calls(r: redis.Redis) -> int:
-    stats = r.info("commandstats")
-    return sum(int(stats.get(name, {}).get("calls", 0))
-               for name in ("cmdstat_evalsha", "cmdstat_eval"))
 
 
 @pytest.mark.ruby
@@ -64,12 +58,13 @@ def test_a_push_to_one_queue_wakes_one_idle_child(r: redis.Redis, daemon: Any) -
     d.wait_children(4)
     until(lambda: _blocked(r) == BLOCKING_SEATS, 15, "the idle children are not waiting")
     client, jobs = Client(r), 20
-    before, started = _script_calls(r), time.monotonic()
-    for n in range(jobs):
-        until(lambda: _blocked(r) == BLOCKING_SEATS, 5)  # idle: both listeners wait
-        client.push({"class": "Lag", "args": [n]})
-        until(lambda n=n: r.llen("test:lag") == n + 1, 5)
-    calls = _script_calls(r) - before
+    with counting_fetches(r) as fetches:
+        started = time.monotonic()
+        for n in range(jobs):
+            until(lambda: _blocked(r) == BLOCKING_SEATS, 5)  # idle: both listeners wait
+            client.push({"class": "Lag", "args": [n]})
+            until(lambda n=n: r.llen("test:lag") == n + 1, 5)
+        calls = fetches()
     timeouts = 4 * (int((time.monotonic() - started) / 2) + 1)  # each fetches every 2 s
     # a broadcast wake would cost every idle child a fetch per push: 4 per job here; the
     # child that took the push fetches once after its job
@@ -222,12 +217,14 @@ def test_a_push_to_a_daemon_of_several_queues_wakes_one_watcher(r: redis.Redis,
     watching = [c for c in r.client_list() if c["cmd"] == "subscribe" and "P" in c["flags"]
                 and c["name"] != CANCEL_WATCH]  # the master's watch of cancel requests
     client, jobs = Client(r), 20
-    before, started = _script_calls(r), time.monotonic()
-    for n in range(jobs):
-        client.push({"class": "Lag", "args": [n], "queue": ("critical", "default")[n % 2]})
-        until(lambda n=n: r.llen("test:lag") == n + 1, 5)
-        time.sleep(0.01)
-    calls = _script_calls(r) - before
+    with counting_fetches(r) as fetches:
+        started = time.monotonic()
+        for n in range(jobs):
+            client.push({"class": "Lag", "args": [n],
+                         "queue": ("critical", "default")[n % 2]})
+            until(lambda n=n: r.llen("test:lag") == n + 1, 5)
+            time.sleep(0.01)
+        calls = fetches()
     timeouts = 8 * (int((time.monotonic() - started) / 2) + 1)  # each fetches every 2 s
     # a broadcast wake costs every idle child a fetch per push: 8 per job here; one watcher
     # costs its fetch, its successor's first fetch and its own fetch after the job

@@ -12,13 +12,7 @@ from forkq import api, keys
 from forkq.client import Client
 from forkq.embedded import EmbeddedServer
 
-from .conftest import records, run_forkq, until
-
-
-def _fetches(r: redis.Redis) -> int:
-    stats = r.info("commandstats")
-    return sum(int(stats.get(name, {}).get("calls", 0))
-               for name in ("cmdstat_evalsha", "cmdstat_eval"))
+from .conftest import counting_fetches, records, run_forkq, until
 
 
 def _queues_cli(server: EmbeddedServer, *args: str, code: int = 0) -> str:
@@ -52,9 +46,9 @@ def test_an_idle_processor_blocked_on_its_one_queue_takes_nothing_once_it_is_pau
     assert api.Queue(r, "default").pause()
     # woken from their blocking wait, they fetch, see the pause and do not wait on it again
     until(lambda: int(r.info("clients")["blocked_clients"]) == 0, 5, lambda: d.log())
-    jids = Client(r).push_bulk({"class": "Record", "args": [[n] for n in range(5)]})
-    before = _fetches(r)
-    until(lambda: _fetches(r) >= before + 4, 15, "the processors did not fetch again")
+    with counting_fetches(r) as fetches:
+        jids = Client(r).push_bulk({"class": "Record", "args": [[n] for n in range(5)]})
+        until(lambda: fetches() >= 4, 15, "the processors did not fetch again")
     assert r.llen("queue:default") == 5 and records(r) == []
     assert api.Queue(r, "default").resume()
     until(lambda: sorted(row["jid"] for row in records(r)) == sorted(jids), 5, lambda: d.log())
