@@ -1,6 +1,6 @@
 """The benchmark's parts: the table's medians and ratio, /proc accounting, -c parsing,
-forkq's bytecode compiled as an install would, the host's latency floor (a bare waiter
-against the session's server)."""
+forkq's bytecode compiled as an install would, the host's floors (a bare waiter and a bare
+launch against the session's server)."""
 
 from __future__ import annotations
 
@@ -169,6 +169,30 @@ def test_each_target_is_pushed_to_first_in_turn() -> None:
     assert [bench_phases.turns(n, 2) for n in range(3)] == [[0, 1], [1, 0], [0, 1]]
     assert [bench_phases.turns(n, 3) for n in range(3)] == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
     assert bench_phases.turns(5, 1) == [0]
+
+
+def test_the_launch_floor_times_a_bare_process_taking_its_one_job(
+        server: EmbeddedServer, r: redis.Redis) -> None:
+    seconds = bench_floor.launch_floor(r, server.url)
+    assert seconds is not None and 0 < seconds < bench_floor.START_TIMEOUT
+    queue = keys.queue(bench_floor.FLOOR_QUEUE)
+    assert r.exists(queue, bench_floor.held_key(bench_floor.FLOOR_QUEUE),
+                    bench_floor.LAUNCH_DONE) == 0
+
+
+def test_a_bare_launch_that_cannot_take_its_job_is_a_clear_error(
+        tmp_path: pathlib.Path, r: redis.Redis) -> None:
+    """The bare process is pointed at a socket no server listens on: it ends at once (its
+    traceback on stderr) and the error names the launch floor and its exit status."""
+    started = time.monotonic()
+    with pytest.raises(ForkqError, match=r"the bare launch .* \(exit status 1\)"):
+        bench_floor.launch_floor(r, f"unix://{tmp_path}/none.sock")
+    assert time.monotonic() - started < bench_floor.START_TIMEOUT
+    assert r.exists(keys.queue(bench_floor.FLOOR_QUEUE)) == 0
+
+
+def test_no_launch_floor_for_a_sentinel_url(r: redis.Redis) -> None:
+    assert bench_floor.launch_floor(r, "redis+sentinel://localhost:26379/mymaster") is None
 
 
 HOSTILE = [b"\xff\xfe not utf-8", b"[1, 2]", b'{"args": 5}', b'{"args": [1]}',

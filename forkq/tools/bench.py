@@ -9,7 +9,9 @@ CPU per job of the workers' process tree and of the server, from the OS's accoun
 of the tree after the drain, idle enqueue → start latency, measured in turns with the
 host's floor for that latency, a bare redis-py waiter (:mod:`forkq.tools.bench_floor`)
 started beside it: the floor's p50 and the system's p50 over it (pair by pair) are rows of
-the table, and the floor's medians are printed under it. The table
+the table, and the floor's medians are printed under it. Just before each launch, the
+launch floor (a bare Python process importing redis-py and taking one job, also in
+:mod:`~forkq.tools.bench_floor`) is timed the same way: a row of the table. The table
 (:mod:`forkq.tools.bench_table`) shows the median of the repetitions. Progress goes to
 stderr, the table to stdout.
 
@@ -138,6 +140,7 @@ def _configuration(system: System, options: Options, results: Results, *, r: red
     """Start ``system`` once, measure it, stop it (also on failure), record its figures; the
     floor's (p50, p99) beside it."""
     try:
+        launch_floor = bench_floor.launch_floor(r, url)
         launch = phases.launch(r, system)
         phases.warm_up(r, system)
         drained = phases.drain(r, system, options.jobs, server_pid,
@@ -150,14 +153,16 @@ def _configuration(system: System, options: Options, results: Results, *, r: red
     p50, p99 = phases.percentiles(delays)
     floor_p50, floor_p99 = phases.percentiles(floor)
     over = statistics.median(mine - bare for mine, bare in zip(delays, floor, strict=True))
-    figures = {"launch": launch, "drain": drained.jobs_per_second,
+    figures = {"launch": launch, "launch_floor": launch_floor, "drain": drained.jobs_per_second,
                "cpu_workers": drained.workers_cpu_ms, "cpu_server": drained.server_cpu_ms,
                "pss": pss, "p50": p50, "p99": p99, "floor_p50": floor_p50, "over_floor": over}
     for key, value in figures.items():
         results.record(system.label, key, value)
     server = "-" if drained.server_cpu_ms is None else f"{drained.server_cpu_ms:.3f}"
-    _progress(f"  {system.label}: launch {launch:.2f} s, drain {drained.jobs_per_second:,.0f} "
-              f"jobs/s, CPU ms/job workers {drained.workers_cpu_ms:.3f} server {server}, "
+    bare = "-" if launch_floor is None else f"{launch_floor:.2f}"
+    _progress(f"  {system.label}: launch {launch:.2f} s (bare {bare} s), drain "
+              f"{drained.jobs_per_second:,.0f} jobs/s, CPU ms/job workers "
+              f"{drained.workers_cpu_ms:.3f} server {server}, "
               f"PSS {pss:.1f} MB, latency p50 {p50:.2f} ms p99 {p99:.2f} ms (floor beside "
               f"p50 {floor_p50:.2f} ms p99 {floor_p99:.2f} ms; over it, pair by pair, "
               f"{over:+.2f} ms)")
@@ -235,7 +240,10 @@ def _distribution_version(name: str) -> str:
 def _notes(options: Options, server_pid: int | None) -> list[str]:
     notes = [f"latency: {options.latency_samples} single pushes to the idle system; "
              f"enqueue: {options.jobs} jobs by the side's own client (forkq: Python, "
-             "sidekiq: Ruby), nothing consuming, shown under the side's first column"]
+             "sidekiq: Ruby), nothing consuming, shown under the side's first column",
+             "launch floor: a bare Python process (import redis, connect, BLMOVE one job, "
+             "INCR), spawned just before each launch and timed alike: no Python worker on "
+             "redis-py runs its first job sooner here"]
     if options.sidekiq:
         notes.append("forkq/sidekiq: forkq's best column over Sidekiq's best (highest rate, "
                      "lowest cost or delay)")

@@ -1,21 +1,28 @@
-"""The host's floor for ``forkq bench``'s idle latency: no job system, only redis-py waiting.
+"""The host's floors for ``forkq bench``: no job system, only Python and redis-py.
 
-:class:`FloorWaiter` runs ``python -m forkq.tools.bench_floor <url>``: a process that waits
-in ``BLMOVE`` on its own queue (:data:`FLOOR_QUEUE`) with redis-py and, the moment a job
-arrives, pushes ``now - pushed`` to :data:`FLOOR_LATENCY`, as the benchmark job does first
-thing. It runs beside each system under test while that system's idle latency is measured:
-:func:`~forkq.tools.bench_phases.latencies` pushes to the two in turns (forkq's client, each
-push waited for), so each pair of delays is measured moments apart. So it measures what the
-host, the server and redis-py cost between a push and a waiting Python process's first
-statement, at the same moments: no Python job system can start an idle job sooner on that
-host, and a system's delay minus the floor's, pair by pair, is what the system itself adds
-(its hand-off, decode, lookup and middleware), whatever the host's speed did meanwhile. On a
-host whose wake-ups are slow, the floor alone can exceed an absolute latency target.
+**Idle latency.** :class:`FloorWaiter` runs ``python -m forkq.tools.bench_floor <url>``: a
+process that waits in ``BLMOVE`` on its own queue (:data:`FLOOR_QUEUE`) with redis-py and,
+the moment a job arrives, pushes ``now - pushed`` to :data:`FLOOR_LATENCY`, as the benchmark
+job does first thing. It runs beside each system under test while that system's idle latency
+is measured: :func:`~forkq.tools.bench_phases.latencies` pushes to the two in turns (forkq's
+client, each push waited for), so each pair of delays is measured moments apart. So it
+measures what the host, the server and redis-py cost between a push and a waiting Python
+process's first statement, at the same moments: no Python job system can start an idle job
+sooner on that host, and a system's delay minus the floor's, pair by pair, is what the
+system itself adds (its hand-off, decode, lookup and middleware), whatever the host's speed
+did meanwhile. On a host whose wake-ups are slow, the floor alone can exceed an absolute
+latency target.
 
 Keys, for a waiter on queue ``Q`` (:data:`FLOOR_QUEUE` unless told): ``queue:Q`` (taken
 from), ``forkq:bench:floor:held:Q`` (where ``BLMOVE`` puts what it took, trimmed after each
 job), ``forkq:bench:floor:ready:Q`` (its "connected"), and the list it reports to
 (:data:`FLOOR_LATENCY` unless told).
+
+**Launch.** :func:`launch_floor` times a bare Python process (:data:`LAUNCH_PROGRAM`: the
+interpreter's start, ``import redis``, a connection, one ``BLMOVE`` of the job queued for it
+and one ``INCR``) as a system's launch -> first job is timed: no Python worker on redis-py
+runs its first job sooner on that host, whatever else it imports. Keys: the queue and held
+list of :data:`FLOOR_QUEUE`, and :data:`LAUNCH_DONE`, deleted before and after.
 """
 
 from __future__ import annotations
@@ -27,15 +34,29 @@ import time
 
 import redis
 
-from forkq import keys
+from forkq import keys, redis_url
 from forkq.connection import connect
-from forkq.subprocesses import terminate
+from forkq.errors import ForkqError
+from forkq.subprocesses import terminate, wait_for
 from forkq.tools.bench_phases import Target
 
 FLOOR_QUEUE = "forkq-bench-floor"
 FLOOR_LATENCY = "forkq:bench:floor:latency"
+LAUNCH_DONE = "forkq:bench:floor:launched"
 START_TIMEOUT = 60
 STOP_TIMEOUT = 5.0
+LAUNCH_PROGRAM = """\
+import sys
+
+import redis
+
+url, source, held, done = sys.argv[1:]
+client = redis.Redis.from_url(url)
+client.blmove(source, held, 60, "RIGHT", "RIGHT")
+client.incr(done)
+"""
+"""The bare launch: run as ``python -c LAUNCH_PROGRAM <url> <queue key> <held key> <done
+key>``; it imports nothing of forkq."""
 
 
 class FloorWaiter:
@@ -88,6 +109,33 @@ def held_key(queue: str) -> str:
 def ready_key(queue: str) -> str:
     """Where the waiter on ``queue`` says it has connected."""
     return f"forkq:bench:floor:ready:{queue}"
+
+
+def launch_floor(r: redis.Redis, url: str) -> float | None:
+    """Seconds from spawning :data:`LAUNCH_PROGRAM`, with one item queued for it, until it
+    has counted it (polled every millisecond, as a system's launch is); None for a
+    ``redis+sentinel`` URL, which redis-py's ``from_url`` does not read. The process exits by
+    itself and is stopped by its pid if it has not; ForkqError if it ends or
+    :data:`START_TIMEOUT` passes without counting."""
+    if redis_url.is_sentinel(url):
+        return None
+    source, held = keys.queue(FLOOR_QUEUE), held_key(FLOOR_QUEUE)
+    r.delete(source, held, LAUNCH_DONE)
+    r.lpush(source, b'{"class":"forkq.bench.floor","args":[0]}')
+    started = time.perf_counter()
+    process = subprocess.Popen([sys.executable, "-c", LAUNCH_PROGRAM, url, source, held,
+                                LAUNCH_DONE], stdin=subprocess.DEVNULL)
+    try:
+        counted = wait_for(lambda: bool(r.exists(LAUNCH_DONE)) or process.poll() is not None,
+                           START_TIMEOUT, interval=0.001) and bool(r.exists(LAUNCH_DONE))
+        seconds = time.perf_counter() - started
+    finally:
+        status = terminate(process, STOP_TIMEOUT)
+        r.delete(source, held, LAUNCH_DONE)
+    if not counted:
+        raise ForkqError(f"the bare launch (the launch floor) did not take its job within "
+                         f"{START_TIMEOUT} s (exit status {status})")
+    return seconds
 
 
 def wait_and_stamp(client: redis.Redis, queue: str, reports_to: str) -> None:

@@ -33,6 +33,7 @@ ROWS = (
     Row("floor_p50", "floor beside p50 ms", 2, False),
     Row("over_floor", "p50 over floor ms", 2, False),
     Row("launch", "launch -> first job s", 2, False),
+    Row("launch_floor", "launch floor s", 2, False),
     Row("pss", "PSS worker tree MB", 1, False),
     Row("enqueue_one", "enqueue one-by-one jobs/s", 0, True),
     Row("enqueue_bulk", "enqueue bulk jobs/s", 0, True),
