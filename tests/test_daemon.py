@@ -205,8 +205,8 @@ def test_an_idle_daemon_stops_within_a_second(r: redis.Redis, daemon: Any) -> No
 
 
 def test_every_connection_of_the_daemon_names_forkq(daemon: Any, tmp_path: Path) -> None:
-    """CLIENT LIST's ``lib-name`` (CLIENT SETINFO: Redis 7.2, Valkey; the session's
-    server may be older, so a Valkey of its own)."""
+    """CLIENT LIST's ``lib-name`` and ``lib-ver`` (redis-py's version) (CLIENT SETINFO:
+    Redis 7.2, Valkey; the session's server may be older, so a Valkey of its own)."""
     valkey = EmbeddedServer(str(tmp_path / "valkey"), persistent=False, binary=find_binary())
     valkey.start()
     try:
@@ -225,6 +225,7 @@ def test_every_connection_of_the_daemon_names_forkq(daemon: Any, tmp_path: Path)
     # the master's store and cancel watch; each child's client, fetch, wait and heartbeat
     assert len(theirs) >= 2 + 2 * 4, theirs
     assert {c["lib-name"] for c in theirs} == {named}, theirs
+    assert {c["lib-ver"] for c in theirs} == {redis.__version__}, theirs
 
 
 def test_jobs_pushed_by_jobs_run_once_over_a_few_connections(r: redis.Redis,
