@@ -13,9 +13,10 @@ import redis
 
 from forkq import api, keys
 from forkq.client import Client, cancel_requested
+from forkq.daemon.master.effects import CANCEL_WATCH
 from forkq.embedded import EmbeddedServer
 
-from .conftest import records, run_forkq, until
+from .conftest import named, records, run_forkq, until
 
 
 def _cancel_cli(server: EmbeddedServer, *jids: str, code: int = 0) -> str:
@@ -127,3 +128,24 @@ def test_a_wrong_typed_cancels_key_is_reported_and_the_daemon_goes_on(
     out = _cancel_cli(server, "somejid", code=1)
     assert "WRONGTYPE" in out
     assert d.alive()
+
+
+def test_a_killed_cancel_watch_is_reopened_and_cancels_still_arrive_at_once(
+        r: redis.Redis, daemon: Any) -> None:
+    """The master's watch of ``forkq:cancels`` closed by the server (CLIENT KILL, a proxy):
+    the master opens a new one, logs no outage, and a cancellation asked after that stops
+    the running job within a second, as before."""
+    jid = str(Client(r).push({"class": "Patient", "args": [60]}))
+    d = daemon("concurrency: 1\nrequire: jobs\nlog_level: info\n")
+    until(lambda: records(r, "test:started"), 15, lambda: d.log())
+    [first] = named(r, CANCEL_WATCH)
+    assert r.client_kill_filter(_id=first) == 1
+    until(lambda: [i for i in named(r, CANCEL_WATCH) if i != first], 5,
+          lambda: f"no new cancel watch; log:\n{d.log()}")
+    asked = time.monotonic()
+    assert api.cancel(r, jid).outcome in ("stopping", "stopped")
+    until(lambda: _dead(r, jid), 5, lambda: d.log())
+    took = time.monotonic() - asked
+    assert took <= 1.0, f"{took:.3f} s"
+    log = d.log()
+    assert "unavailable" not in log and "downtime" not in log and "Traceback" not in log, log

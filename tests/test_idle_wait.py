@@ -396,6 +396,29 @@ def test_a_daemon_whose_waiting_connections_are_killed_sees_no_outage(
     assert "unavailable" not in log and "downtime" not in log, log
 
 
+def test_a_daemon_of_several_queues_whose_watches_are_killed_sees_no_outage(
+        r: redis.Redis, daemon: Any) -> None:
+    d = daemon(f"concurrency: 2\nrequire: jobs\nlog_level: info\n{MULTI}")
+    d.wait_children(2)
+    until(lambda: len(_watches(r)) == 2, 15, "the idle children are not watching")
+    killed = _watches(r)
+    assert all(r.client_kill_filter(_id=i) for i in killed)
+    jid = push(r, "Lag", "after")  # at once: found by the fetch that follows the reopening
+    until(lambda: r.llen("test:lag") == 1, 5, d.log)
+    [row] = records(r, "test:lag")
+    assert row["jid"] == jid and row["lag"] < 0.5, row
+    until(lambda: len(_watches(r)) == 2 and not set(_watches(r)) & set(killed), 5,
+          lambda: f"they do not watch again; log:\n{d.log()}")
+    log = d.log()
+    assert "unavailable" not in log and "downtime" not in log and "Traceback" not in log, log
+
+
+def _watches(r: redis.Redis) -> list[int]:
+    """The ids of the processors' subscribed queue watches (not the master's cancel watch)."""
+    return [int(c["id"]) for c in r.client_list()
+            if c["cmd"] == "subscribe" and "P" in c["flags"] and c["name"] != CANCEL_WATCH]
+
+
 @pytest.fixture
 def closing_server() -> Iterator[EmbeddedServer]:
     """A server of its own that closes any connection idle for a second (``timeout 1``)."""
@@ -466,6 +489,32 @@ def test_a_paused_watch_the_server_closed_is_replaced_before_the_next_fetch(
         else:  # the watcher's next wait: subscribes again, returns for a fetch
             assert watch.wait(5, read_fd) is False
         r.lpush("queue:pushed-after", "job")  # after the fetch that follows: must wake it
+        until(watch.consume, 5, "the push after the fetch was missed")
+    finally:
+        watch.close()
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_a_wait_that_reopens_a_broken_watch_returns_for_a_fetch_first(r: redis.Redis) -> None:
+    """A watch whose connection broke (killed, a server restart) is reopened by the next wait.
+    A push between the processor's fetch and that reopening made no invalidation for the
+    new connection: the wait returns at once after subscribing, so the fetch that follows
+    finds such a push, instead of blocking until the idle timeout."""
+    watch = QueueWatch(r, name="broken-watch")
+    read_fd, write_fd = os.pipe()
+    try:
+        watch.open()
+        [first] = named(r, "broken-watch")
+        assert r.client_kill_filter(_id=first) == 1
+        assert watch.wait(5, read_fd) is False  # the broken connection ends the wait
+        r.lpush("queue:pushed-before-the-reopen", "job")  # after the fetch that followed
+        started = time.monotonic()
+        assert watch.wait(5, read_fd) is False  # reopens, then returns for a fetch
+        assert time.monotonic() - started < 1.0, "the reopening wait blocked"
+        [second] = named(r, "broken-watch")
+        assert second != first
+        r.lpush("queue:pushed-after", "job")  # after that fetch: must wake the next wait
         until(watch.consume, 5, "the push after the fetch was missed")
     finally:
         watch.close()

@@ -18,7 +18,9 @@ A processor pauses its watch while it is busy or another processor holds the sea
 tracking client whose redirect target is not subscribed), so nothing piles up in Redis for
 a connection nobody reads; :meth:`QueueWatch.arm` or the next wait subscribes again (the
 wait then returns at once, so the processor fetches once more before it blocks).
-A broken watch connection is reopened on the next wait. No keys are written.
+A broken watch connection is reopened on the next wait, which then returns for one more
+fetch before blocking (a push meanwhile made no invalidation for the new connection). No
+keys are written.
 """
 
 from __future__ import annotations
@@ -83,13 +85,18 @@ class QueueWatch:
     def wait(self, timeout: float, wake_fd: int) -> bool:
         """Block until a queue changed, ``wake_fd`` is readable, or ``timeout``.
 
-        Returns True when ``wake_fd`` became readable.
+        Returns True when ``wake_fd`` became readable. A wait that opens the connection (the
+        first, or after it broke) returns False at once once subscribed: a push between the
+        caller's last fetch and the subscription made no invalidation for it, so the caller
+        fetches once more before it blocks.
         """
         if self._conn is None and not self._refused:
             try:
                 self.open()
             except Exception:  # noqa: BLE001 - reported by the next fetch if Redis is down
                 return _wait_fd(wake_fd, min(timeout, POLL_INTERVAL))
+            if self._conn is not None:
+                return False
         if self._conn is None:
             return _wait_fd(wake_fd, min(timeout, POLL_INTERVAL))
         try:
