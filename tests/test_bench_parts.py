@@ -185,7 +185,8 @@ def test_a_bare_launch_that_cannot_take_its_job_is_a_clear_error(
     """The bare process is pointed at a socket no server listens on: it ends at once (its
     traceback on stderr) and the error names the launch floor and its exit status."""
     started = time.monotonic()
-    with pytest.raises(ForkqError, match=r"the bare launch .* \(exit status 1\)"):
+    ended = r"the bare launch .* ended without taking its job \(exit status 1;"
+    with pytest.raises(ForkqError, match=ended):
         bench_floor.launch_floor(r, f"unix://{tmp_path}/none.sock")
     assert time.monotonic() - started < bench_floor.START_TIMEOUT
     assert r.exists(keys.queue(bench_floor.FLOOR_QUEUE)) == 0

@@ -35,7 +35,7 @@ import time
 import redis
 
 from forkq import keys, redis_url
-from forkq.connection import connect
+from forkq.connection import connect, resolve_url
 from forkq.errors import ForkqError
 from forkq.subprocesses import terminate, wait_for
 from forkq.tools.bench_phases import Target
@@ -114,7 +114,8 @@ def ready_key(queue: str) -> str:
 def launch_floor(r: redis.Redis, url: str) -> float | None:
     """Seconds from spawning :data:`LAUNCH_PROGRAM`, with one item queued for it, until it
     has counted it (polled every millisecond, as a system's launch is); None for a
-    ``redis+sentinel`` URL, which redis-py's ``from_url`` does not read. The process exits by
+    ``redis+sentinel`` URL, which redis-py's ``from_url`` does not read (``embedded`` is
+    resolved as the daemon resolves it). The process exits by
     itself and is stopped by its pid if it has not; ForkqError if it ends or
     :data:`START_TIMEOUT` passes without counting."""
     if redis_url.is_sentinel(url):
@@ -123,19 +124,23 @@ def launch_floor(r: redis.Redis, url: str) -> float | None:
     r.delete(source, held, LAUNCH_DONE)
     r.lpush(source, b'{"class":"forkq.bench.floor","args":[0]}')
     started = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-c", LAUNCH_PROGRAM, url, source, held,
-                                LAUNCH_DONE], stdin=subprocess.DEVNULL)
+    process = subprocess.Popen([sys.executable, "-c", LAUNCH_PROGRAM, resolve_url(url), source,
+                                held, LAUNCH_DONE], stdin=subprocess.DEVNULL)
     try:
         counted = wait_for(lambda: bool(r.exists(LAUNCH_DONE)) or process.poll() is not None,
                            START_TIMEOUT, interval=0.001) and bool(r.exists(LAUNCH_DONE))
         seconds = time.perf_counter() - started
+        ended = process.poll()
     finally:
         status = terminate(process, STOP_TIMEOUT)
         r.delete(source, held, LAUNCH_DONE)
-    if not counted:
-        raise ForkqError(f"the bare launch (the launch floor) did not take its job within "
-                         f"{START_TIMEOUT} s (exit status {status})")
-    return seconds
+    if counted:
+        return seconds
+    if ended is not None:
+        raise ForkqError(f"the bare launch (the launch floor) ended without taking its job "
+                         f"(exit status {status}; its error is above)")
+    raise ForkqError(f"the bare launch (the launch floor) did not take its job within "
+                     f"{START_TIMEOUT} s")
 
 
 def wait_and_stamp(client: redis.Redis, queue: str, reports_to: str) -> None:
