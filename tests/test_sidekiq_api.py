@@ -188,6 +188,18 @@ def _refiled(r: redis.Redis, key: str, jid: str, runs: int) -> Callable[[], bool
     return check
 
 
+def _removal_result(r: redis.Redis, key: str, jid: str, value: Any) -> Any:
+    """What Sidekiq 6.4.1's ``retry``, ``add_to_queue`` or ``kill`` of ``jid``'s entry in
+    ``key`` will return (read before the call): ``value``, the action's own result, when no
+    other entry has the entry's score; else ``SortedEntry#remove_job`` takes every entry of
+    that score, keeps the one of ``jid`` and puts the others back in a MULTI, whose replies
+    it returns (one True each). Two failures filed within a float's step of each other
+    (0.24 µs at today's epoch) by two processors share a score."""
+    member, score = _one(r, key, jid)
+    others = [m for m in r.zrangebyscore(key, score, score) if m != member]
+    return [True] * len(others) if others else value
+
+
 # --- 1. everything the API reads -------------------------------------------------------------
 
 
@@ -306,8 +318,10 @@ def test_api_acts_on_forkq_retries(server: EmbeddedServer, r: redis.Redis,
     first = {jid: _one(r, "retry", jid) for jid in s.retries}
 
     # kill: the entry moves to the dead set, byte for byte, once
+    expected = _removal_result(r, "retry", r2, True)
     out = _api(server, "act", "retry", r2, "kill")
-    assert out["result"] is True and out["before"]["raw"].encode() == first[r2][0]
+    assert out["result"] == expected and type(out["result"]) is type(expected)
+    assert out["before"]["raw"].encode() == first[r2][0]
     assert r2 not in _zset(r, "retry")
     assert _one(r, "dead", r2)[0] == first[r2][0]
 
@@ -324,8 +338,9 @@ def test_api_acts_on_forkq_retries(server: EmbeddedServer, r: redis.Redis,
     assert [e["score"] for e in out["after"]] == [pytest.approx(target, abs=0.01)]
 
     # retry: pushed (by Sidekiq's client) to its queue, run by forkq, filed again by forkq
+    expected = _removal_result(r, "retry", r0, r0)
     out = _api(server, "act", "retry", r0, "retry")
-    assert out["result"] == r0  # the entry left (the Ruby script checks it): whatever is
+    assert out["result"] == expected  # the entry left (the Ruby script checks it): whatever is
     # there now is forkq's new filing of the job's next failure, never the entry itself
     assert all(e["raw"] != out["before"]["raw"] for e in out["after"]), out["after"]
     until(_refiled(r, "retry", r0, 2), 15, f"forkq did not run and refile {r0}:\n{s.daemon.log()}")
@@ -337,8 +352,9 @@ def test_api_acts_on_forkq_retries(server: EmbeddedServer, r: redis.Redis,
     assert BACKOFF[0] - 0.01 <= score - job["retried_at"] <= BACKOFF[1] + 0.01
 
     # add_to_queue: same, without the decrement
+    expected = _removal_result(r, "retry", r4, r4)
     out = _api(server, "act", "retry", r4, "add_to_queue")
-    assert out["result"] == r4
+    assert out["result"] == expected
     until(_refiled(r, "retry", r4, 2), 15, f"forkq did not run and refile {r4}:\n{s.daemon.log()}")
     assert [a["retry_count"] for a in attempts(r, r4)] == [None, 0]
     assert json.loads(_one(r, "retry", r4)[0])["retry_count"] == 1
@@ -402,8 +418,9 @@ def test_api_acts_on_forkq_scheduled_dead_and_queues(server: EmbeddedServer, r: 
     dead = {jid: _one(r, "dead", jid) for jid in s.dead}
 
     # ScheduledSet: add_to_queue runs it now
+    expected = _removal_result(r, "schedule", s0, s0)
     out = _api(server, "act", "schedule", s0, "add_to_queue")
-    assert out["result"] == s0 and out["after"] == []
+    assert out["result"] == expected and out["after"] == []
     until(lambda: len(_ran(r, s0)) == 1, 15, f"forkq did not run {s0}:\n{s.daemon.log()}")
     assert _ran(r, s0)[0]["args"] == s.args[s0]
 
@@ -418,17 +435,21 @@ def test_api_acts_on_forkq_scheduled_dead_and_queues(server: EmbeddedServer, r: 
 
     # delete, kill
     assert _api(server, "act", "schedule", s2, "delete")["result"] is True
-    assert _api(server, "act", "schedule", s3, "kill")["result"] is True
+    expected = _removal_result(r, "schedule", s3, True)
+    killed = _api(server, "act", "schedule", s3, "kill")["result"]
+    assert killed == expected and type(killed) is type(expected)
     assert list(_zset(r, "schedule")) == []
     assert _one(r, "dead", s3)[0] == scheduled[s3][0]
 
     # DeadSet: retry (forkq runs it, buries it again), add_to_queue, delete, reschedule
-    assert _api(server, "act", "dead", d0, "retry")["result"] == d0
+    expected = _removal_result(r, "dead", d0, d0)
+    assert _api(server, "act", "dead", d0, "retry")["result"] == expected
     until(_refiled(r, "dead", d0, 2), 15, f"forkq did not run and rebury {d0}:\n{s.daemon.log()}")
     job = json.loads(_one(r, "dead", d0)[0])
     assert job["retry_count"] == 0 and job["failed_at"] == json.loads(dead[d0][0])["failed_at"]
     assert [a["retry_count"] for a in attempts(r, d0)] == [None, -1]
-    assert _api(server, "act", "dead", d2, "add_to_queue")["result"] == d2
+    expected = _removal_result(r, "dead", d2, d2)
+    assert _api(server, "act", "dead", d2, "add_to_queue")["result"] == expected
     until(_refiled(r, "dead", d2, 2), 15, f"forkq did not run and rebury {d2}:\n{s.daemon.log()}")
     assert json.loads(_one(r, "dead", d2)[0])["retry_count"] == 1
     assert _api(server, "act", "dead", d1, "delete")["result"] is True
@@ -464,6 +485,31 @@ def test_api_acts_on_forkq_scheduled_dead_and_queues(server: EmbeddedServer, r: 
     stats = _api(server, "read")["stats"]
     assert (stats["scheduled_size"], stats["dead_size"], stats["enqueued"],
             stats["workers_size"]) == (0, 0, 0, 1)
+
+
+def test_api_acts_on_one_of_forkq_s_entries_that_share_a_score(server: EmbeddedServer,
+                                                                r: redis.Redis) -> None:
+    """Jobs scheduled for the same moment share a score: Sidekiq's add_to_queue and kill
+    take the one asked for and put the others back byte for byte, at their score."""
+    at = time.time() + HOUR
+    first, second, third = forkq.Client(r).push_bulk(
+        {"class": "Record", "args": [["tie-0", *TRICKY], ["tie-1"], ["tie-2"]],
+         "queue": "ties", "at": at})
+    entries = {jid: _one(r, "schedule", jid) for jid in (first, second, third)}
+    assert len({score for _, score in entries.values()}) == 1
+
+    expected = _removal_result(r, "schedule", first, first)
+    assert expected == [True, True]
+    assert _api(server, "act", "schedule", first, "add_to_queue")["result"] == expected
+    queued = json.loads(r.lindex("queue:ties", 0) or b"{}")
+    assert (queued["jid"], queued["args"]) == (first, ["tie-0", *TRICKY])
+    assert r.llen("queue:ties") == 1
+    assert {jid: _one(r, "schedule", jid) for jid in (second, third)} == {
+        second: entries[second], third: entries[third]}
+
+    assert _api(server, "act", "schedule", second, "kill")["result"] == [True]
+    assert _one(r, "dead", second)[0] == entries[second][0]
+    assert list(_zset(r, "schedule")) == [third] and _one(r, "schedule", third) == entries[third]
 
 
 # --- 4. the Web UI's pages -------------------------------------------------------------------
