@@ -214,8 +214,7 @@ def test_a_push_to_a_daemon_of_several_queues_wakes_one_watcher(r: redis.Redis,
     d = daemon(f"concurrency: 8\nrequire: jobs\nlog_level: warning\n{MULTI}")
     d.wait_children(8)
     until(lambda: r.scard(keys.INFLIGHT_REGISTRY) == 8, 15, "the children did not register")
-    watching = [c for c in r.client_list() if c["cmd"] == "subscribe" and "P" in c["flags"]
-                and c["name"] != CANCEL_WATCH]  # the master's watch of cancel requests
+    watching = _watches(r)
     client, jobs = Client(r), 20
     with counting_fetches(r) as fetches:
         started = time.monotonic()
