@@ -10,6 +10,7 @@ delivers the signals a test sends. Each test runs the real loop turn by turn.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import select
 import signal
@@ -122,6 +123,7 @@ class FakeStore:
         self.settled: list[Gone] = []
         self.down = False  # every step raises ConnectionError
         self.records = 0
+        self.on_record: Callable[[], None] = lambda: None  # runs inside write_record
         self.cancels: set[str] = set()  # jids whose cancellation is asked
         self.lists: dict[str, list[bytes]] = {}  # in-flight key -> its elements
 
@@ -162,6 +164,7 @@ class FakeStore:
                      concurrency: int) -> Beat:
         self._check()
         self.records += 1
+        self.on_record()
         return Beat(None, [])
 
     def leads(self) -> bool:
@@ -187,9 +190,12 @@ class FakeWakeup:
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
         self.pending: list[signal.Signals] = []
+        self.frozen = 0.0  # the next wait lasts this much longer: the daemon was frozen in it
 
     def wait(self, timeout: float, *, also: Iterable[int] = ()
              ) -> tuple[list[signal.Signals], list[int]]:
+        self.clock.advance(self.frozen)
+        self.frozen = 0.0
         fds = list(also)
         ready = select.select(fds, [], [], 0)[0] if fds else []
         if self.pending or ready:
@@ -404,6 +410,47 @@ def test_a_redis_outage_pauses_culling_and_then_gives_a_fresh_window(
     back = m.clock.monotonic()
     m.run_until(lambda: any(signal.SIGKILL in m.processes.signals_to(p) for p in pids), 15)
     assert m.clock.monotonic() - back > 10  # a full liveness_timeout after Redis came back
+
+
+@pytest.mark.parametrize("seconds", [40, 75])
+def test_a_daemon_frozen_in_its_wait_kills_no_child_when_it_resumes(
+        master: Callable[..., Master], seconds: int, caplog: pytest.LogCaptureFixture) -> None:
+    """A SIGSTOP of the whole group lands while the master waits (where it spends its
+    time): the turn that resumes judges the children after noticing the stall."""
+    m = master()
+    m.turn()
+    pids = m.boot_all()
+    for _ in range(3):
+        m.store.beat(*pids)
+        m.turn()
+    m.wakeup.frozen = seconds
+    with caplog.at_level(logging.WARNING, logger="forkq.daemon.master.supervisor"):
+        m.turn(3)
+    assert not [s for _, s in m.processes.sent if s == signal.SIGKILL]
+    assert caplog.text.count("the master was stalled for") == 1, caplog.text
+    m.run_until(lambda: any(signal.SIGKILL in m.processes.signals_to(p) for p in pids), 15)
+
+
+def test_a_daemon_frozen_between_two_turns_kills_no_child_when_it_resumes(
+        master: Callable[..., Master], caplog: pytest.LogCaptureFixture) -> None:
+    """Frozen in the turn's last steps (writing the process record): the next turn's
+    judgement comes after the stall is noticed too."""
+    m = master()
+    m.turn()
+    pids = m.boot_all()
+    m.store.beat(*pids)
+    m.turn()
+
+    def freeze() -> None:
+        m.store.on_record = lambda: None
+        m.clock.advance(40)
+
+    m.store.on_record = freeze
+    with caplog.at_level(logging.WARNING, logger="forkq.daemon.master.supervisor"):
+        m.run_until(lambda: m.store.on_record is not freeze, 10)
+        m.turn(3)
+    assert not [s for _, s in m.processes.sent if s == signal.SIGKILL]
+    assert caplog.text.count("the master was stalled for") == 1, caplog.text
 
 
 # -- settling a dead child's job ----------------------------------------------------------------

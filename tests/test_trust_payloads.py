@@ -155,6 +155,7 @@ def test_a_hostile_orphan_does_not_stop_the_sweep_over_other_dead_daemons(
 WRONG_TYPED_FIELDS: list[dict[str, Any]] = [
     {"backtrace": "x"}, {"backtrace": [1]}, {"backtrace": -3}, {"backtrace": 2.5},
     {"retry": "5"}, {"retry": [1]}, {"retry": {"a": 1}}, {"retry": -1}, {"retry": 1.5},
+    {"retry": None},
     {"retry_count": "x"}, {"retry_count": True}, {"retry_count": -5},
     {"retry_count": 10**300, "retry": 10**301}, {"retry_count": [1]},
     {"retry_for": "x"}, {"retry_for": [1]}, {"failed_at": "x", "retry_for": 10},
@@ -169,7 +170,9 @@ WRONG_TYPED_FIELDS: list[dict[str, Any]] = [
 def test_optional_fields_of_the_wrong_type_never_crash_a_processor(r: redis.Redis,
                                                                    daemon: Any) -> None:
     """Each failing job with one field of the wrong type is filed with its real error
-    (``ValueError: boom``), into retry or dead per the documented rule; no child dies."""
+    (``ValueError: boom``), into retry or dead per the documented rule (a ``retry`` that is
+    null or no boolean or integer counts as absent: Boom's own ``retry=2`` applies, so
+    its first failure is retried); no child dies."""
     d = daemon(CONFIG + "scheduler: false\n")
     children = {child.pid for child in d.wait_children(2)}
     for index, fields in enumerate(WRONG_TYPED_FIELDS):
@@ -182,6 +185,10 @@ def test_optional_fields_of_the_wrong_type_never_crash_a_processor(r: redis.Redi
     filed = [json.loads(m) for m in r.zrange("retry", 0, -1) + r.zrange("dead", 0, -1)]
     assert all(job["error_class"] == "ValueError" and job["error_message"] == "boom"
                for job in filed), filed
+    retried = {json.loads(m)["jid"] for m in r.zrange("retry", 0, -1)}
+    for index, fields in enumerate(WRONG_TYPED_FIELDS):
+        if "retry" in fields and not isinstance(fields["retry"], (bool, int)):
+            assert f"{index:024x}" in retried, (fields, d.log())
     assert {child.pid for child in d.children()} == children, "no processor died"
     assert not r.keys("forkq:kills:*")
 

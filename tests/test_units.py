@@ -134,6 +134,18 @@ def test_allowed_retries() -> None:
     assert failures.allowed_retries(False, 25) is None
 
 
+@pytest.mark.parametrize(("field", "registered", "mode"), [
+    (None, 2, "retry"), (None, False, "drop"), (None, 0, "dead"), ("5", 2, "retry"),
+    (1.5, False, "drop"), (False, 2, "drop"), (0, True, "dead"), (True, False, "retry")])
+def test_a_null_or_wrong_typed_retry_takes_the_job_s_registered_option(
+        field: Any, registered: bool | int, mode: str) -> None:
+    """As Sidekiq's job_retry.rb does for a nil ``retry``: the job class's option."""
+    payload = {"class": "Boom", "args": [], "jid": "a" * 24, "queue": "q", "retry": field}
+    failure = failures.plan(payload, ValueError("bad"), max_retries=25, rng=random.Random(0),
+                            now=1.0, retry=registered)
+    assert failure.mode == mode
+
+
 def test_failure_fields_follow_job_retry() -> None:
     payload = job.build("Boom", [], queue="q", retry=1, options={"backtrace": 2}, now=1.0)
     try:

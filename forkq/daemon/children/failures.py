@@ -56,15 +56,21 @@ def backoff(count: int, rng: random.Random, base: float | None = None) -> float:
     return (count**4 if base is None else base) + 15 + rng.randrange(10) * (count + 1)
 
 
-def allowed_retries(retry: Any, max_retries: int) -> int | None:
+def allowed_retries(retry: bool | int, max_retries: int) -> int | None:
     """How many retries the ``retry`` option allows; None means drop on failure."""
-    if retry is False or retry is None:
-        return None
     if retry is True:
         return max_retries
-    if isinstance(retry, int):
-        return max(retry, 0)
-    return max_retries
+    if retry is False:
+        return None
+    return max(retry, 0)
+
+
+def retry_option(payload: payloads.Payload, registered: bool | int) -> bool | int:
+    """The payload's ``retry`` (true, false or an integer); ``registered``, the job's own
+    option, when the field is absent, null or of another type (Sidekiq's job_retry.rb
+    takes the job class's option for a nil ``retry`` too)."""
+    value = payload.get("retry")
+    return value if isinstance(value, (bool, int)) else registered
 
 
 def error_class_name(exc: BaseException) -> str:
@@ -130,9 +136,11 @@ def plan(
     rng: random.Random,
     now: float,
     retry_in: Any = None,
+    retry: bool | int = True,
 ) -> Failure:
-    """Decide where a job that raised ``exc`` goes and rewrite its payload accordingly."""
-    allowed = allowed_retries(payload.get("retry", True), max_retries)
+    """Decide where a job that raised ``exc`` goes and rewrite its payload accordingly;
+    ``retry`` is the job's registered option (:func:`retry_option`)."""
+    allowed = allowed_retries(retry_option(payload, retry), max_retries)
     count = record_error(payload, error_class_name(exc), error_message(exc), now)
     limit = payloads.backtrace_limit(payload)
     if limit is not None:

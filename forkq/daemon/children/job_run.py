@@ -86,7 +86,8 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
     except BaseException as exc:  # the one boundary where any job failure lands
         _count(runs, fetched.queue, payload, time.monotonic() - started, failed=True)
         failure = failures.plan(payloads.decode(fetched.raw), exc, max_retries=runs.max_retries,
-                                rng=runs.rng, now=time.time(), retry_in=spec.options.retry_in)
+                                rng=runs.rng, now=time.time(), retry_in=spec.options.retry_in,
+                                retry=spec.options.retry)
         log.log(FAILURE_LEVELS[failure.mode], "%s jid=%s fail: %.3f sec: %s: %s -> %s",
                 context.name, context.jid, time.monotonic() - started,
                 failures.error_class_name(exc), failures.error_message(exc), failure.mode,

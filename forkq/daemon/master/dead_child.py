@@ -127,5 +127,6 @@ def _kill_failure(held: held_jobs.Held, gone: Gone, registry: Registry, max_retr
                                 "its processor was killed")
     spec = registry.find(payload["class"])
     failure = failures.plan(payload, error, max_retries=max_retries, rng=rng, now=now,
-                            retry_in=spec.options.retry_in if spec else None)
+                            retry_in=spec.options.retry_in if spec else None,
+                            retry=spec.options.retry if spec else True)
     return failure, str(error)

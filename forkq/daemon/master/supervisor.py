@@ -106,7 +106,7 @@ class Supervisor:
         self._next_beat = 0.0
         self._outage = Outage(log, "; not culling processors while their beats cannot be read")
         self._beats_unread = False  # the last read of the children's beats failed
-        self._turn_due: float | None = None  # monotonic: when the last wait was to end
+        self._awake: float | None = None  # monotonic: the last turn's stall check
         self._ready_sent = False
         self._refused = Recurring(log)  # keys of the process record Redis refuses
         self._status = ""
@@ -220,9 +220,7 @@ class Supervisor:
 
     def loop_once(self, now: float) -> None:
         """One turn: signals → reap → watch → stop or top up → beat → title and notify."""
-        self._check_stall(now)
-        planned = self._wait_time(now) if self._turn_due is not None else 0.0  # fork at once
-        self._turn_due = now + planned
+        planned = self._wait_time(now) if self._awake is not None else 0.0  # fork at once
         watches = self._cancel_watch_fds()
         received, ready = self._pipe.wait(planned, also=self.pool.report_fds() + watches)
         for signum in received:
@@ -239,6 +237,7 @@ class Supervisor:
             self._guarded(lambda: self.store.forget_children(gone),
                           "forgetting gone children's beats")
         now = self._clock.monotonic()
+        self._check_stall(now, planned)  # before the children are judged
         if now >= self._next_watch:
             self._next_watch = now + WATCH_INTERVAL
             self._watch(now)
@@ -394,18 +393,21 @@ class Supervisor:
             self.store.pending_cancels(self._clock.time())),
             f"looking for cancelled jobs ({keys.CANCELS})")
 
-    def _check_stall(self, now: float) -> None:
-        """A turn that began more than STALL_SLACK after the previous turn's wait was due to
-        end means this master was stopped (a SIGSTOP of its process group, a cgroup freeze,
-        a paused VM) along with its children: their silence meanwhile is not theirs, so
-        they get a fresh liveness window. (A turn held up by Redis calls that time out
-        counts too: the children cannot beat then either.)"""
-        stalled = overslept(self._turn_due, now)
+    def _check_stall(self, now: float, planned: float) -> None:
+        """A turn that reaches this check more than STALL_SLACK later than its wait of
+        ``planned`` seconds allows, counted from the previous turn's check, means this master
+        was stopped (a SIGSTOP of its process group, a cgroup freeze, a paused VM) along
+        with its children, in its wait or anywhere else since that check: their silence
+        meanwhile is not theirs, so they get a fresh liveness window before they are judged.
+        (A turn held up by Redis calls that time out counts too: the children cannot beat
+        then either.)"""
+        stalled = overslept(None if self._awake is None else self._awake + planned, now)
+        self._awake = now
         if stalled:
             log.warning("the master was stalled for %.0fs (the daemon was stopped or frozen, or "
                         "Redis calls timed out): giving the processors a fresh liveness window",
                         stalled)
-            self._fresh_window(self._clock.monotonic())
+            self._fresh_window(now)
 
     def _beat(self) -> None:
         self._guarded(self._check_leader, "reading the leader")
@@ -518,8 +520,8 @@ class Supervisor:
 
 
 def overslept(due: float | None, now: float, slack: float = STALL_SLACK) -> float:
-    """How long past ``due`` (when the loop's last wait was to end; None before the first)
-    the loop turned at ``now``, when that is more than ``slack`` seconds; else 0."""
+    """How long past ``due`` (when the loop was to reach its stall check; None before the
+    first) it reached it at ``now``, when that is more than ``slack`` seconds; else 0."""
     late = 0.0 if due is None else now - due
     return late if late > slack else 0.0
 
