@@ -145,6 +145,12 @@ class Sentinels(Sentinel):
         try:
             found: tuple[str, int] = super().discover_master(  # type: ignore[no-untyped-call]
                 service_name)
+        except redis.ResponseError as exc:  # a server that knows no SENTINEL command
+            where = ", ".join(_address(node) for node in self.sentinels)
+            raise NotASentinelError(
+                f"a server named as a sentinel ({where}) answered SENTINEL with {exc}: it is "
+                "no sentinel (a Redis server?); a sentinel URL names sentinels, a "
+                "redis:// URL a server") from exc
         except MasterNotFoundError as exc:
             where = ", ".join(_address(node) for node in self.sentinels)
             # hazard: redis-py folds AuthenticationError (a ConnectionError) into this
@@ -157,6 +163,11 @@ class Sentinels(Sentinel):
                 f"no sentinel ({where}) named a master for service {service_name!r}: they are "
                 "unreachable, or do not monitor that service") from exc
         return found
+
+
+class NotASentinelError(redis.ConnectionError):
+    """A server a Sentinel URL names refused the SENTINEL command: a configuration error
+    when the daemon starts (exit 78), an outage like any other later."""
 
 
 def _address(client: redis.Redis) -> str:

@@ -1,35 +1,57 @@
 """The whole Redis key layout, Sidekiq's and forkq's own, in one table.
 
 Sidekiq's keys (wire-compatible with Sidekiq 6.4-8.x; see docs/sidekiq-wire.md).
-Each entry: key — type, TTL — owner and content.
+Each entry: key — type, TTL — owner and content. *Wrong type:* what happens when some
+client left another type there. The rule: a key of the wrong type stops nothing but the
+steps that write that key; each such step changes nothing, says so naming the key (at most
+once a minute, and once when mended), and a job it would have moved stays where it was.
+forkq replaces a key of its own only where that loses nothing (said below).
 
-- ``queues`` — set, no TTL — clients ``SADD`` every queue they push to.
+- ``queues`` — set, no TTL — clients ``SADD`` every queue they push to. *Wrong type:*
+  pushes still enqueue (the index is best effort); pages and ``forkq status`` name it.
 - ``queue:<name>`` — list, no TTL — job JSON; clients LPUSH, processors take from
-  the right (FIFO); a requeue RPUSHes so the job is the next one taken.
-- ``schedule`` — zset, no TTL — future jobs, score = run-at epoch seconds.
-- ``retry`` — zset, no TTL — failed jobs awaiting a retry, score = when due.
+  the right (FIFO); a requeue RPUSHes so the job is the next one taken. *Wrong type:* a
+  push to it raises ``EnqueueError`` (not enqueued); fetches skip it and the other queues
+  flow; a requeue or recovery into it leaves the job in its in-flight list, a due job
+  for it stays in ``schedule`` / ``retry``.
+- ``schedule`` — zset, no TTL — future jobs, score = run-at epoch seconds. *Wrong
+  type:* ``perform_in`` / ``perform_at`` raise ``EnqueueError``; the leader's mover skips
+  it and still moves ``retry``.
+- ``retry`` — zset, no TTL — failed jobs awaiting a retry, score = when due. *Wrong
+  type:* a failure to retry stays held in its processor's in-flight list, filed again
+  every second (that processor fetches nothing meanwhile); the mover still moves
+  ``schedule``.
 - ``dead`` — zset, trimmed on insert to 10,000 entries / 180 days — exhausted jobs,
-  score = time of death.
+  score = time of death. *Wrong type:* a burial stays held where it was (a processor's
+  failure as for ``retry``; a dead child's job at the poison-pill limit in its list, its
+  slot waiting); requeues and recoveries that bury nothing go through.
 - ``stat:processed``, ``stat:failed`` — string, no TTL — all-time counters
   (failures count as processed too).
-- ``stat:<x>:YYYY-MM-DD`` — string, 5 years — daily counters, UTC date.
+- ``stat:<x>:YYYY-MM-DD`` — string, 5 years — daily counters, UTC date. *Wrong type*
+  (any counter): not counted (best effort); acks and filings go on; pages show 0.
 - ``processes`` — set, no TTL — identities of live daemons; the master adds its own
-  every beat and removes it on a clean exit.
+  every beat and removes it on a clean exit. *Wrong type:* the rest of the process
+  record is still written; listings show no process; recovery goes on.
 - ``<identity>`` — hash, 60 s — the master's process record: ``info`` (JSON),
   ``busy``, ``beat``, ``quiet``, ``rss``, ``rtt_us``, ``concurrency``; rewritten every beat.
+  *Wrong type:* left alone and reported; the busy hashes and remote signals still work.
 - ``<identity>:workers`` and ``<identity>:work`` — hash, 60 s — busy processors:
   child pid → ``{"queue", "payload" (the raw job string), "run_at" (int)}``; the
   master deletes and rewrites both every beat (6.x reads ``:workers``, 7+ ``:work``).
+  *Wrong type:* deleted and rewritten at the next beat (forkq's to rebuild).
 - ``j|<YYYYMMDD>|<H>:<M>`` — hash, 8 h — Sidekiq 7.x's job metrics of one UTC minute:
   ``<class>|p`` runs (failures included), ``<class>|f`` failures, ``<class>|ms``
   milliseconds of successful runs; ``j|<YYMMDD>|<H>:<MM>`` (8 h) and
   ``j|<YYMMDD>|<H>:<M/10>`` (3 days) — the same for Sidekiq 8.x, per minute and per 10
   minutes. Written by every processor child with its heartbeat (:mod:`forkq.metrics`).
+  *Wrong type* (these and the histograms below): not written, never touching the beat;
+  readers skip the key and count it in ``forkq_metrics_skipped_keys``.
 - ``<class>-<DD>-<HH>:<M>`` (7.x) and ``h|<class>-<D>-<H>:<M>`` (8.x) — string, 8 h —
   a class's histogram of successful runs in one minute: 26 saturating u16 counters
   (``BITFIELD``) on Sidekiq's bucket edges. Names built by :mod:`forkq.metrics.layout`.
 - ``<identity>-signals`` — list, 60 s — remote signals (``TSTP``, ``TERM``, ``TTIN``)
-  pushed by Sidekiq's API / Web UI; the master pops one per beat.
+  pushed by Sidekiq's API / Web UI; the master pops one per beat. *Wrong type:* no
+  remote signal is read (reported); the rest of the record is written.
 
 forkq's own keys:
 
@@ -37,41 +59,54 @@ forkq's own keys:
   empty, or ``[queue key, job, ...]`` for the jobs a processor child runs or holds (a
   batch); emptied by the ack, by failure filing, or by the requeue once the child is gone.
   A child running several jobs at once (``async_concurrency``) has one such list per
-  lane, ``forkq:inflight:<identity>:<pid>-<lane>``, each holding one job.
+  lane, ``forkq:inflight:<identity>:<pid>-<lane>``, each holding one job. *Wrong type:*
+  that processor's fetch moves nothing (reported, retried); a settle or recovery of it
+  leaves it for an operator.
 - ``forkq:inflight`` — set, no TTL — registry of in-flight lists (a child adds its
   own at boot and fetch.lua with every job it moves in; the master's requeue and the
-  leader's orphan sweep remove it), so recovery never SCANs the keyspace.
+  leader's orphan sweep remove it), so recovery never SCANs the keyspace. *Wrong type:*
+  fetches go on, unregistered (each processor reports it); the leader's next sweep
+  rebuilds it with one SCAN for ``forkq:inflight:*`` lists.
 - ``forkq:beats:<identity>`` — hash, 60 s — each child's own heartbeat: child pid →
   JSON ``{"at", "seq", "job", "loops", "start"}``, written by the child every couple of
   seconds (beat.lua)
   (the scheduler child too); the
   master reads it to fill ``:workers``, cull stale children and enforce job timeouts.
+  *Wrong type:* beats are refused and the master, unable to read them, culls no child
+  (reported) until it is mended; jobs run on.
 - ``forkq:result:<jid>`` — list of one JSON document, the job's ``result_ttl`` — the
   result of a job that asked for one: ``{"value": …}`` or ``{"error_class", "error_message"}``
-  (:mod:`forkq.results`)
+  (:mod:`forkq.results`). *Wrong type:* that result is not kept (logged); the job is
+  acknowledged as usual.
 - ``forkq:paused`` — set, no TTL — queue names paused across the cluster (skipped by every
-  forkq processor's fetch until resumed)
+  forkq processor's fetch until resumed). *Wrong type:* no queue is paused (reported);
+  ``forkq queues pause`` refuses.
 - ``forkq:cancels`` — zset, no TTL — jobs whose cancellation was asked while they ran:
   jid → the epoch the request stands until (1 h); written by ``forkq cancel``, watched by
-  every master, removed when carried out
+  every master, removed when carried out. *Wrong type:* cancels of running jobs are not
+  seen (reported); the daemon goes on.
 - ``forkq:kills:<jid>`` — string, 7 days — how many processors died while running
   this job (a recovery by the leader counts too); at 3 the job goes to the dead set
-  instead of back to its queue.
+  instead of back to its queue. *Wrong type:* replaced; the count restarts at 1.
 - ``forkq:leader`` — string, ``leader_lease_ttl`` — the scheduler leader's lease: its
   owner token ``<identity>:<scheduler pid>:<8 hex>``, new for every term. Taken only
   when free (``SET NX PX``), renewed and released only by its owner (lease.lua); every
   script the leader runs first checks that it still holds this token (fencing).
+  *Wrong type:* replaced by the next scheduler that campaigns.
 - ``dear-leader`` — string, same TTL — the leader's master identity, mirrored for
   Sidekiq's ``ProcessSet#leader`` and the Web UI's "leader" badge; left alone when
-  it names a process forkq did not write (Sidekiq Enterprise's own lease).
+  it names a process forkq did not write (Sidekiq Enterprise's own lease). *Wrong type:*
+  left alone; no leader is shown.
 - ``forkq:metrics:jobs`` — hash, no TTL — all-time job counters per (queue, class) for
   Prometheus: field JSON ``[queue, class, metric]``, metric ``p`` runs, ``f`` failures,
   ``us`` microseconds of every run, ``b<i>`` runs in duration bucket i (``le`` on
   Sidekiq's edges, ``b25`` above 335 s); HINCRBY'd by each processor child with its beat.
 - ``forkq:metrics:queues:<epoch minute>`` — hash, 8 h — the scheduler leader's
-  once-a-minute sample: queue name → JSON ``[size, latency seconds]``.
+  once-a-minute sample: queue name → JSON ``[size, latency seconds]``. *Wrong type*
+  (either metrics key): skipped and counted in ``forkq_metrics_skipped_keys``.
 - ``forkq:periodic`` — hash, no TTL — periodic job name → epoch of the last tick
   handled (enqueued or skipped), so each tick is enqueued once across the cluster.
+  *Wrong type:* no tick is enqueued or marked (refused, reported); it fires once mended.
 
 The identity is Sidekiq's ``<hostname>:<master pid>:<12 hex>``.
 """

@@ -20,6 +20,7 @@ sentinels' own ``requirepass`` / ACL user go in the options ``sentinel_password`
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -53,6 +54,15 @@ class SentinelTarget:
     sentinel_password: str | None = None
     tls: bool = False  # rediss+sentinel://
     tls_options: dict[str, object] = field(default_factory=dict)  # redis-py's ssl_* keywords
+
+
+_SECRETS = re.compile(r"(://[^:/@;?]*:)[^@/;?]*@|((?:sentinel_|ssl_)?password=)[^&;]*")
+
+
+def redact(url: str) -> str:
+    """``url`` with its passwords (userinfo, ``sentinel_password``, ``ssl_password``) shown
+    as ``***``, for a message."""
+    return _SECRETS.sub(lambda m: f"{m[1]}***@" if m[1] else f"{m[2]}***", url)
 
 
 def scheme(url: str) -> str:

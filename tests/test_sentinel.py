@@ -255,3 +255,21 @@ def test_tls_to_the_sentinels_and_the_master(daemon: Callable[..., Daemon],
         enqueued = run_forkq("enqueue", "Mark", "-q", "failover", "--redis-url", group.url)
         assert enqueued.returncode == 0, enqueued.stderr
         until(lambda: len(done(group, new)) == 2, 60, lambda: d.log())
+
+
+def test_a_sentinel_url_naming_a_plain_server_is_a_config_error_at_start(
+        daemon: Callable[..., Daemon], tmp_path: Path) -> None:
+    """``unknown command 'SENTINEL'`` on every step until killed, before: now exit 78 at
+    start, naming the URL (password hidden) and what answered."""
+    plain = Node(tmp_path / "plain", [])
+    plain.start(ready=lambda: plain.client(password=None).ping())
+    try:
+        url = f"redis+sentinel://:{PASSWORD}@127.0.0.1:{plain.port}/{SERVICE}"
+        d = daemon(DAEMON, redis_url=url)
+        assert d.wait(timeout=30) == 78, d.log()
+        log = d.log()
+        assert f"redis_url redis+sentinel://:***@127.0.0.1:{plain.port}/{SERVICE}" in log, log
+        assert "answered SENTINEL with unknown command" in log and "is no sentinel" in log, log
+        assert PASSWORD not in log and "ready:" not in log
+    finally:
+        plain.stop()

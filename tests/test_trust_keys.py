@@ -161,6 +161,30 @@ def test_recovering_an_orphan_into_a_wrong_typed_key_leaves_the_list(
         "requeued" if target != "dead" else "dead"]
 
 
+@pytest.mark.parametrize("count", [True, False])
+def test_a_requeue_goes_through_past_a_wrong_typed_dead_set(r: redis.Redis, count: bool) -> None:
+    """A step refuses only for a key it is about to write: a requeue (a death below the
+    limit, or none counted) writes nothing to ``dead``. A death that reaches the limit
+    still refuses, leaving the list as it was."""
+    jid = "a" * 24
+    _wrong(r, keys.DEAD)
+    r.rpush(INFLIGHT, "queue:default", _job(jid), "queue:other", _job("b" * 24))
+    back = held_jobs.give_back(r, INFLIGHT, held_jobs.read(r, INFLIGHT), count=count,
+                               how="killed by signal SIGKILL", now=time.time())
+    assert (back.outcome, back.deaths) == ("requeued", 1 if count else 0)
+    assert r.lrange("queue:default", 0, -1) == [_job(jid).encode()]
+    assert r.lrange("queue:other", 0, -1) == [_job("b" * 24).encode()]
+    assert not r.exists(INFLIGHT)
+    r.set(keys.kills(jid), 2)
+    r.rpush(INFLIGHT, "queue:default", _job(jid))
+    with pytest.raises(redis.ResponseError) as refused:
+        held_jobs.give_back(r, INFLIGHT, held_jobs.read(r, INFLIGHT), count=True,
+                            how="killed by signal SIGKILL", now=time.time())
+    _refusal(refused, keys.DEAD, "string")
+    assert r.lrange(INFLIGHT, 0, -1) == [b"queue:default", _job(jid).encode()]
+    assert r.get(keys.kills(jid)) == b"2", "a refused step counts no death"
+
+
 @pytest.mark.parametrize(("held", "deaths"), [
     ("hash", 1), (b"not a count", 1), (b"nan", 1), (b"-4", 1), (b"1e400", 1), (b"1", 2),
 ])
@@ -260,6 +284,32 @@ def test_a_fetch_into_a_wrong_typed_in_flight_list_moves_nothing(r: redis.Redis)
     assert r.lrange("queue:default", 0, -1) == [b"job"]
 
 
+def test_a_fetch_goes_on_past_a_wrong_typed_registry_and_says_so(r: redis.Redis) -> None:
+    """The registry is bookkeeping for recovery: a fetch takes its job (or arms its list)
+    unregistered, and names the registry's type for the log."""
+    _wrong(r, keys.INFLIGHT_REGISTRY)
+    r.lpush("queue:default", b"job")
+    key = "forkq:inflight:h:1:dddddddddddd:4"
+    fetcher = fetch.Fetcher(r, key, queues=[("default", 1)], strict=True, rng=None)  # type: ignore[arg-type]
+    found = fetcher.ack_and_fetch(ack=None)
+    assert found == fetch.Fetch([fetch.Fetched("default", b"job")], [], unregistered="string")
+    armed = fetcher.ack_and_fetch(ack=b"job", arm=True)
+    assert armed.unregistered == "string" and armed.armed
+    assert r.lrange(key, 0, -1) == [b"queue:default"]
+    assert r.type(keys.INFLIGHT_REGISTRY) == b"string"
+
+
+def test_a_wrong_typed_registry_is_rebuilt_from_the_in_flight_lists(r: redis.Redis) -> None:
+    _wrong(r, keys.INFLIGHT_REGISTRY, "hash")
+    lists = ["forkq:inflight:h:1:aaaaaaaaaaaa:4", "forkq:inflight:h:2:bbbbbbbbbbbb:5-0"]
+    for key in lists:
+        r.rpush(key, "queue:default", b"job")
+    _wrong(r, "forkq:inflight:h:3:cccccccccccc:6")  # no list: not registered
+    assert orphans.inflight_by_owner(r) == {"h:1:aaaaaaaaaaaa": [lists[0]],
+                                            "h:2:bbbbbbbbbbbb": [lists[1]]}
+    assert {m.decode() for m in r.smembers(keys.INFLIGHT_REGISTRY)} == set(lists)
+
+
 # --- the daemon: each key of the wrong type in turn -------------------------------------------
 
 CONFIG = PAYLOAD_CONFIG + "queues: [default, other]\n"
@@ -305,6 +355,27 @@ def test_a_wrong_typed_key_loses_no_job_and_the_log_names_it(r: redis.Redis, dae
 def _jids(r: redis.Redis, zset: str) -> set[str]:
     return {json.loads(member)["jid"] for member in r.zrange(zset, 0, -1)}
 
+
+
+def test_a_wrong_typed_registry_stops_no_fetch_and_the_leader_rebuilds_it(
+        r: redis.Redis, daemon: Any) -> None:
+    """``forkq:inflight`` is shared by every daemon: a string there must stop no job. The
+    leader rebuilds it, and a dead process's list it no longer listed is recovered."""
+    _wrong(r, keys.INFLIGHT_REGISTRY)
+    orphan = json.dumps({"class": "Record", "args": ["orphan"], "queue": "default",
+                         "jid": "0badc0de0badc0de0badc0de", "retry": True})
+    r.rpush("forkq:inflight:gone-host:1:aaaaaaaaaaaa:11", "queue:default", orphan)
+    d = daemon(CONFIG)
+    d.wait_children(2)
+    jids = [push(r, "Record", n) for n in range(5)]
+    until(lambda: {row["jid"] for row in records(r)} >= {*jids, "0badc0de0badc0de0badc0de"},
+          30, d.log())
+    until(lambda: "'forkq:inflight' held a string, not a set: rebuilt" in d.log(), 15, d.log())
+    until(lambda: r.type(keys.INFLIGHT_REGISTRY) == b"set"
+          and r.scard(keys.INFLIGHT_REGISTRY) == 2, 15, d.log())  # the two processors'
+    assert sorted(row["jid"] for row in records(r)) == sorted(
+        [*jids, "0badc0de0badc0de0badc0de"]), "every job ran exactly once"
+    assert "refused" not in d.log() and d.alive()
 
 
 def test_a_bad_queue_key_stops_no_other_queue(r: redis.Redis, daemon: Any) -> None:

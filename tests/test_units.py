@@ -12,6 +12,7 @@ import threading
 import zlib
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.utils

@@ -26,10 +26,12 @@
 -- Returns {n, queue key 1, job 1, ..., queue key n, job n} of the jobs now held (n = 0 when
 -- none), followed by a pair {key, type} for each queue key skipped because it holds another
 -- type than a list, or KEYS[5] when it is no set (reported by the caller; the other queues
--- keep flowing), or {KEYS[6], "paused"} when asked to arm for a paused queue (not armed). {} is nothing
--- at all. Refuses, changing nothing but the acknowledgement, when KEYS[1] is not a list or
--- KEYS[4] not a set. Its first write is a delete (the ack, or clearing KEYS[1] before a
--- fetch), so Redis at maxmemory with noeviction still lets a fetch through.
+-- keep flowing), or {KEYS[6], "paused"} when asked to arm for a paused queue (not armed), then
+-- {KEYS[4], type} when the registry holds another type than a set: the jobs are fetched
+-- (and the list armed) all the same, unregistered (the leader's orphan sweep rebuilds the
+-- registry). {} is nothing at all. Refuses, changing nothing, when KEYS[1] is not a list.
+-- Its first write is a delete (the ack, or clearing KEYS[1] before a fetch), so Redis at
+-- maxmemory with noeviction still lets a fetch through.
 --
 -- Batching: the first job is taken from the first non-empty queue of the first order; job
 -- k (k > 1) is taken by order k the same way, but only while the queue it would come from
@@ -46,9 +48,22 @@
 -- arrived, the processor calls again): the ack only removes the job it names, and a fetch
 -- first hands out the jobs KEYS[1] already holds, so jobs moved in by the lost call are
 -- neither deleted nor stranded.
-local bad = wrong_type(KEYS[1], "list") or wrong_type(KEYS[4], "set")
+local bad = wrong_type(KEYS[1], "list")
 if bad then
   return redis.error_reply(bad)
+end
+local registry = redis.call("TYPE", KEYS[4])["ok"]
+local function register()
+  if registry == "set" or registry == "none" then
+    redis.call("SADD", KEYS[4], KEYS[1])
+  end
+end
+local function noted(reply)  -- the registry's damage, reported after everything else
+  if registry ~= "set" and registry ~= "none" then
+    reply[#reply + 1] = KEYS[4]
+    reply[#reply + 1] = registry
+  end
+  return reply
 end
 local acked = tonumber(ARGV[6])
 if ARGV[1] ~= "" and redis.call("LINDEX", KEYS[1], 2 * acked - 1) == ARGV[1] then
@@ -66,7 +81,7 @@ if #held >= 2 then
   for i = 1, 2 * reply[1] do
     reply[#reply + 1] = held[i]
   end
-  return reply
+  return noted(reply)
 end
 redis.call("DEL", KEYS[1])  -- empty, armed, or a stray element no fetch wrote
 local taken, skipped, kinds = {}, {}, {}
@@ -131,15 +146,16 @@ while k <= orders do
 end
 if #taken > 0 then
   redis.call("RPUSH", KEYS[1], unpack(taken))
-  redis.call("SADD", KEYS[4], KEYS[1])
+  register()
 elseif #skipped == 0 then
   if ARGV[4] == "1" and paused[KEYS[6]] then
-    return {0, KEYS[6], "paused"}  -- not armed: the processor polls until it is resumed
+    return noted({0, KEYS[6], "paused"})  -- not armed: the processor polls until resumed
   elseif ARGV[4] == "1" then
     redis.call("RPUSH", KEYS[1], KEYS[6])
-    redis.call("SADD", KEYS[4], KEYS[1])
+    register()
   end
-  return {}
+  local reply = noted({0})
+  return #reply > 1 and reply or {}
 end
 local reply = {#taken / 2}
 for i = 1, #taken do
@@ -149,4 +165,4 @@ for _, queue in ipairs(skipped) do
   reply[#reply + 1] = queue
   reply[#reply + 1] = kinds[queue]
 end
-return reply
+return noted(reply)

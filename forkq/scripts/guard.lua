@@ -43,11 +43,9 @@ local function queue_key(name)
 end
 
 
--- Count one death of a job in forkq's own counter `key` (TTL `ttl` seconds) and return
--- the count. Anything else in the key (another type, not a count) restarts it at 1, as
--- forkq replaces its own lease key. It deletes before it writes, so a script that calls it
--- first works on Redis at maxmemory with noeviction too.
-local function count_death(key, ttl)
+-- The deaths of a job counted so far in forkq's own counter `key`: anything else in the
+-- key (another type, not a count) counts as none, and is replaced by count_death.
+local function deaths_of(key)
   local deaths = 0
   if redis.call("TYPE", key)["ok"] == "string" then
     deaths = tonumber(redis.call("GET", key)) or 0
@@ -56,7 +54,15 @@ local function count_death(key, ttl)
     end
     deaths = math.floor(deaths)
   end
+  return deaths
+end
+
+-- Count one death of a job in `key` (TTL `ttl` seconds) and return the count (see
+-- deaths_of). It deletes before it writes, so a script that calls it first works on
+-- Redis at maxmemory with noeviction too.
+local function count_death(key, ttl)
+  local deaths = deaths_of(key) + 1
   redis.call("DEL", key)
-  redis.call("SET", key, deaths + 1, "EX", ttl)
-  return deaths + 1
+  redis.call("SET", key, deaths, "EX", ttl)
+  return deaths
 end

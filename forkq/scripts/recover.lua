@@ -31,7 +31,8 @@
 -- (the next one fetched), or to the dead set at the death limit (at once when malformed);
 -- only the first job's death is counted. KEYS[2] is deleted and unregistered. A first element that
 -- names no queue:<name> key sends the job to queue:default. Refuses, changing nothing,
--- when the queue or KEYS[7] holds another type (KEYS[6] is forkq's own counter:
+-- when a key it is about to write holds another type: a queue a job goes back to, or
+-- KEYS[7] when the job goes to the dead set (KEYS[6] is forkq's own counter:
 -- count_death restarts it). Returns {outcome, deaths}: "requeued", "dead", "dropped" or
 -- "empty", and the job's deaths counted so far (0 when not counted); or -1 without the
 -- lease, -2 when the owner is alive, -3 when the list changed.
@@ -49,8 +50,19 @@ local job = list[2]
 if (job or "") ~= ARGV[2] or #list ~= tonumber(ARGV[10]) then
   return -3
 end
+local deaths = 0
+local bury = false
 if job then
-  local bad = wrong_type(queue, "list") or wrong_type(KEYS[7], "zset")
+  if ARGV[3] == "count" then
+    deaths = deaths_of(KEYS[6]) + 1
+  end
+  bury = ARGV[3] == "bury" or deaths >= tonumber(ARGV[4])
+  local bad = false
+  if bury and ARGV[5] ~= "" then
+    bad = wrong_type(KEYS[7], "zset")
+  elseif not bury then
+    bad = wrong_type(queue, "list")
+  end
   for i = 3, #list - 1, 2 do
     bad = bad or wrong_type(queue_key(list[i]), "list")
   end
@@ -63,13 +75,10 @@ end
 -- this may fail: every key was checked above.
 redis.call("DEL", KEYS[2])
 local outcome = "empty"
-local deaths = 0
 if job then
   outcome = "requeued"
-  local bury = ARGV[3] == "bury"
   if ARGV[3] == "count" then
-    deaths = count_death(KEYS[6], ARGV[6])
-    bury = deaths >= tonumber(ARGV[4])
+    count_death(KEYS[6], ARGV[6])
   end
   if bury then
     outcome = "dropped"

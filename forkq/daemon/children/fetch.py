@@ -68,6 +68,13 @@ class Fetch:
     jobs: list[Fetched]
     skipped: list[tuple[str, str]]
     paused: bool = False  # asked to arm for a blocking move, but the queue is paused
+    unregistered: str = ""  # the type the in-flight registry holds instead of a set
+
+    @property
+    def armed(self) -> bool:
+        """Whether a fetch asked to arm the list for a blocking move did (nothing found,
+        skipped or paused)."""
+        return not (self.jobs or self.skipped or self.paused)
 
 
 NOTHING = Fetch([], [])
@@ -138,8 +145,9 @@ class Fetcher:
         With ``arm`` (a single queue), finding nothing and skipping nothing leaves the
         in-flight list armed for :class:`~forkq.daemon.children.blocking_wait.BlockingWait`.
         Safe to call again after a lost reply (see fetch.lua): the same jobs come back.
-        Raises redis.ResponseError naming the key when the in-flight list or the registry
-        holds another type (nothing is fetched then).
+        Raises redis.ResponseError naming the key when the in-flight list holds another type
+        (nothing is fetched then); a registry of another type fetches all the same
+        (:attr:`Fetch.unregistered`).
         """
         size = self._batch if take is None else max(1, min(take, self._batch))
         result = self._direct.evalsha(
@@ -154,19 +162,28 @@ class Fetcher:
         jobs = [Fetched(names.get(held[i]) or keys.queue_name(text(held[i])), held[i + 1])
                 for i in range(0, len(held), 2)]
         pairs = [(text(rest[i]), text(rest[i + 1])) for i in range(0, len(rest), 2)]
+        unregistered = pairs.pop()[1] if pairs and pairs[-1][0] == keys.INFLIGHT_REGISTRY else ""
         skipped = [(key, kind) for key, kind in pairs if kind != "paused"]
-        return Fetch(jobs, skipped, paused=len(skipped) < len(pairs))
+        return Fetch(jobs, skipped, paused=len(skipped) < len(pairs), unregistered=unregistered)
 
     def close(self) -> None:
         """Drop the fetch connection."""
         self._direct.close()
 
 
-def report_skipped(recurring: Recurring, skipped: list[tuple[str, str]]) -> None:
+def report_skipped(recurring: Recurring, found: Fetch) -> None:
     """Log each key a fetch skipped (once a minute per key), and once when it is fetched
-    from again: a queue key of another type than a list, or a paused-queues key that is no
-    set (nothing is paused then)."""
+    from again: a queue key of another type than a list, a paused-queues key that is no
+    set (nothing is paused then), or an in-flight registry that is no set (jobs are
+    fetched unregistered until the leader's sweep rebuilds it)."""
+    skipped = found.skipped
+    if found.unregistered:
+        skipped = [*skipped, (keys.INFLIGHT_REGISTRY, found.unregistered)]
     for key, kind in skipped:
+        if key == keys.INFLIGHT_REGISTRY:
+            recurring.report(key, "key %r holds a %s, not a set; fetching goes on (the "
+                             "leader's orphan sweep rebuilds it)", key, kind)
+            continue
         if key == keys.PAUSED:
             recurring.report(key, "key %r holds a %s, not a set; no queue is paused", key, kind)
         else:

@@ -183,7 +183,7 @@ class Lanes:
         outage = Outage(log)
         while not self.stopping:
             try:
-                self.redis.sadd(keys.INFLIGHT_REGISTRY, *(lane.key for lane in self._lanes))
+                self._register_lists()
                 self._watch.open()
             except redis.RedisError as exc:
                 lasted = outage.failed(exc, "registering this processor's lanes")
@@ -193,6 +193,15 @@ class Lanes:
             break
         if self.report_fd is not None:
             child_process.report(self.report_fd, "ready")
+
+    def _register_lists(self) -> None:
+        """SADD the lanes' lists to the registry; a refusal (another type, maxmemory) is
+        logged and does not keep the lanes from fetching (fetches register them again)."""
+        try:
+            self.redis.sadd(keys.INFLIGHT_REGISTRY, *(lane.key for lane in self._lanes))
+        except redis.ResponseError as exc:
+            log.warning("registering the lanes' in-flight lists refused (fetches register "
+                        "them): %s", exc)
             self.report_fd = None
 
     # -- the main thread ---------------------------------------------------------------------
@@ -225,7 +234,7 @@ class Lanes:
         found = lane.fetcher.ack_and_fetch(ack=lane.ack, fetch=not self.stopping)
         lane.ack = None
         with self._lock:
-            report_skipped(self._skipped, found.skipped)
+            report_skipped(self._skipped, found)
         if not found.jobs:
             if not self.stopping:
                 self._doorbell.wait()

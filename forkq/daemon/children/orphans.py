@@ -10,7 +10,8 @@ that again atomically with the move.
 
 Steady state costs one ``SMEMBERS forkq:inflight`` (one entry per processor in
 the cluster), one ``SMEMBERS processes`` and two ``EXISTS`` per process, every
-``orphan_sweep_interval`` seconds; no SCAN. For each in-flight list of a dead
+``orphan_sweep_interval`` seconds; no SCAN, except once to rebuild a registry that some
+client overwrote with another type (:func:`rebuild_registry`). For each in-flight list of a dead
 process: the job goes back to the front of its queue, and the recovery counts
 toward the job's poison-pill limit (at the limit it goes to the dead set with a
 JobKilledError; :mod:`forkq.daemon.held_jobs`, the same step the master takes for a child
@@ -115,13 +116,43 @@ def _members(client: redis.Redis, key: str) -> set[str]:
 
 
 def inflight_by_owner(client: redis.Redis) -> dict[str, list[str]]:
-    """The registered in-flight lists by owner identity (none when the registry is refused)."""
+    """The registered in-flight lists by owner identity; when the registry holds another
+    type than a set, the lists :func:`rebuild_registry` finds."""
+    try:
+        registered = {text(key) for key in client.smembers(keys.INFLIGHT_REGISTRY)}
+    except redis.ResponseError:
+        registered = rebuild_registry(client)
     lists: dict[str, list[str]] = defaultdict(list)
-    for key in _members(client, keys.INFLIGHT_REGISTRY):
+    for key in registered:
         owner = keys.inflight_owner(key)
         if owner is not None:
             lists[owner].append(key)
     return lists
+
+
+def rebuild_registry(client: redis.Redis) -> set[str]:
+    """Replace an in-flight registry of another type than a set (any client may have
+    written it; processors fetch on, unregistered, meanwhile) with the set of every
+    in-flight list: one SCAN of the keyspace, only after such damage. The lists found."""
+    found = {text(key) for key in client.scan_iter(match=keys.INFLIGHT_PREFIX + "*", count=1000,
+                                                   _type="list")}
+
+    held: list[str] = []  # the type replaced, as the (last) try of the transaction saw it
+
+    def replace(pipe: redis.client.Pipeline) -> None:
+        held[:] = [text(pipe.type(keys.INFLIGHT_REGISTRY))]
+        if held[0] not in ("set", "none"):  # else mended meanwhile
+            pipe.multi()
+            pipe.delete(keys.INFLIGHT_REGISTRY)
+            if found:
+                pipe.sadd(keys.INFLIGHT_REGISTRY, *found)
+
+    client.transaction(replace, keys.INFLIGHT_REGISTRY)
+    kind = held[0]
+    if kind not in ("set", "none"):
+        log.warning("the in-flight registry %r held a %s, not a set: rebuilt from the %d "
+                    "in-flight lists found", keys.INFLIGHT_REGISTRY, kind, len(found))
+    return found
 
 
 def _dead(client: redis.Redis, identities: list[str]) -> list[str]:

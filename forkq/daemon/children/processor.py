@@ -366,8 +366,8 @@ class Processor:
                 self.progress.start(found.jobs[0].raw)
                 with self._held_lock:
                     self._held.extend(found.jobs[1:])
-        report_skipped(self._skipped, found.skipped)
-        self._armed = arm and not found.jobs and not found.skipped and not found.paused
+        report_skipped(self._skipped, found)
+        self._armed = arm and found.armed
         if not found.jobs:
             return None
         self._leave_seat(busy=True)

@@ -41,7 +41,7 @@ import redis
 
 from forkq import __version__, cron, keys, scripts
 from forkq.config import Config
-from forkq.connection import EMBEDDED, connect
+from forkq.connection import EMBEDDED, NotASentinelError, connect
 from forkq.daemon import logs
 from forkq.daemon.master import heartbeats, pidfile, reload
 from forkq.daemon.master.effects import Effects, RedisStore, Store
@@ -54,6 +54,7 @@ from forkq.daemon.signals import SelfPipe
 from forkq.embedded import EmbeddedServer
 from forkq.errors import EXIT_CHILD_BOOT, EXIT_OK, ConfigError
 from forkq.middleware import ServerChain
+from forkq.redis_url import redact
 from forkq.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -187,12 +188,15 @@ class Supervisor:
         return EXIT_OK
 
     def _check_credentials(self) -> None:
-        """Fail at once (exit 77, no restart under systemd) when Redis refuses the password or
-        ACL user; a Redis that does not answer yet is waited for, as any outage."""
+        """Fail at once (no restart under systemd) when Redis refuses the password or ACL
+        user (exit 77), or a Sentinel URL names a server that is no sentinel (exit 78); a
+        Redis that does not answer yet is waited for, as any outage."""
         try:
             self.store.ping()
         except (redis.AuthenticationError, redis.exceptions.NoPermissionError):
             raise
+        except NotASentinelError as exc:
+            raise ConfigError(f"redis_url {redact(self.config.redis_url)}: {exc}") from exc
         except redis.RedisError as exc:
             log.warning("Redis does not answer yet (%s); waiting for it", exc)
 
