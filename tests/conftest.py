@@ -16,6 +16,7 @@ starts is stopped in teardown by its pid, children included, also on failure.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import json
 import os
@@ -151,6 +152,15 @@ class Daemon(DaemonProcess):
     def log(self) -> str:
         """Everything the daemon logged so far."""
         return self.log_path.read_text(errors="replace")
+
+    def logged_at(self, text: str) -> float:
+        """The epoch time of the first log line holding ``text``, from the line's own
+        timestamp (the daemon's clock, not this process's turn on a loaded host)."""
+        for line in self.log().splitlines():
+            if text in line:
+                stamp = line.split(" ", 1)[0].replace("Z", "+00:00")
+                return datetime.datetime.fromisoformat(stamp).timestamp()
+        raise AssertionError(f"no log line holds {text!r}:\n{self.log()}")
 
     def logged_identity(self) -> str:
         """The process identity from the daemon's start line (for when ``processes`` cannot
