@@ -18,13 +18,12 @@ forkq replaces a key of its own only where that loses nothing (said below).
   type:* ``perform_in`` / ``perform_at`` raise ``EnqueueError``; the leader's mover skips
   it and still moves ``retry``.
 - ``retry`` — zset, no TTL — failed jobs awaiting a retry, score = when due. *Wrong
-  type:* a failure to retry stays held in its processor's in-flight list, filed again
-  every second (that processor fetches nothing meanwhile); the mover still moves
-  ``schedule``.
+  type:* a failure to retry waits in ``forkq:unfiled`` (its processor works on); the
+  mover still moves ``schedule``.
 - ``dead`` — zset, trimmed on insert to 10,000 entries / 180 days — exhausted jobs,
-  score = time of death. *Wrong type:* a burial stays held where it was (a processor's
-  failure as for ``retry``; a dead child's job at the poison-pill limit in its list, its
-  slot waiting); requeues and recoveries that bury nothing go through.
+  score = time of death. *Wrong type:* a failure to bury waits in ``forkq:unfiled``; a
+  dead child's job at the poison-pill limit stays in its list (its slot waiting);
+  requeues and recoveries that bury nothing go through.
 - ``stat:processed``, ``stat:failed`` — string, no TTL — all-time counters
   (failures count as processed too).
 - ``stat:<x>:YYYY-MM-DD`` — string, 5 years — daily counters, UTC date. *Wrong type*
@@ -67,6 +66,11 @@ forkq's own keys:
   leader's orphan sweep remove it), so recovery never SCANs the keyspace. *Wrong type:*
   fetches go on, unregistered (each processor reports it); the leader's next sweep
   rebuilds it with one SCAN for ``forkq:inflight:*`` lists.
+- ``forkq:unfiled`` — zset, no TTL — failures that could not be filed because ``retry``
+  or ``dead`` held another type: ``<retry|dead>|<job JSON>``, scored as it would have been
+  there; the leader files them with each orphan sweep once the set accepts them again.
+  *Wrong type:* a failure whose set is of the wrong type too stays held in its
+  processor's in-flight list, filed again every second.
 - ``forkq:beats:<identity>`` — hash, 60 s — each child's own heartbeat: child pid →
   JSON ``{"at", "seq", "job", "loops", "start"}``, written by the child every couple of
   seconds (beat.lua)
@@ -122,6 +126,7 @@ DEAD = "dead"
 STAT_PROCESSED = "stat:processed"
 STAT_FAILED = "stat:failed"
 INFLIGHT_REGISTRY = "forkq:inflight"
+UNFILED = "forkq:unfiled"
 LEADER = "forkq:leader"
 DEAR_LEADER = "dear-leader"
 PERIODIC = "forkq:periodic"

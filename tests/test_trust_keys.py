@@ -25,7 +25,7 @@ import redis
 import forkq
 from forkq import keys
 from forkq.daemon import held_jobs
-from forkq.daemon.children import due_jobs, failures, fetch, orphans, periodic
+from forkq.daemon.children import due_jobs, failures, fetch, orphans, periodic, unfiled
 from forkq.daemon.children.lease import Lease
 from forkq.embedded import EmbeddedServer
 from forkq.ops.queues import Queue
@@ -61,17 +61,51 @@ def _refusal(exc: pytest.ExceptionInfo[redis.ResponseError], key: str, kind: str
 
 
 @pytest.mark.parametrize("target", ["retry", "dead"])
-def test_filing_a_failure_into_a_wrong_typed_set_keeps_the_job_held(r: redis.Redis,
-                                                                    target: str) -> None:
+def test_a_failure_whose_set_is_wrong_typed_waits_in_unfiled_and_is_filed_once_mended(
+        r: redis.Redis, target: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The processor is released (it works on); the leader files the failure at the score
+    it was due once the set accepts it, and not before."""
+    inflight = "forkq:inflight:h:1:bbbbbbbbbbbb:2"
+    job = _job().encode()
+    r.rpush(inflight, "queue:default", job)
+    _wrong(r, target)
+    failure = failures.Failure(target, _job(error_class="E"), 1234.5)
+    with caplog.at_level(logging.WARNING):
+        assert failures.file(r, inflight, failure, held=job)
+    assert f"{target!r} holds another type: the failure waits in 'forkq:unfiled'" in caplog.text
+    assert not r.exists(inflight) and r.get("stat:failed") == b"1"
+    assert r.zrange(keys.UNFILED, 0, -1, withscores=True) == [
+        (f"{target}|{failure.payload}".encode(), 1234.5)]
+    with caplog.at_level(logging.ERROR):
+        assert unfiled.refile(r, now=2000.0) == 0
+    assert f"WRONGTYPE forkq: key '{target}' holds a string" in caplog.text
+    assert r.zcard(keys.UNFILED) == 1
+    r.delete(target)
+    assert unfiled.refile(r, now=2000.0) == 1
+    assert r.zrange(target, 0, -1, withscores=True) == [(failure.payload.encode(), 1234.5)]
+    assert not r.exists(keys.UNFILED)
+
+
+@pytest.mark.parametrize("target", ["retry", "dead"])
+def test_filing_into_a_wrong_typed_set_and_unfiled_keeps_the_job_held(r: redis.Redis,
+                                                                      target: str) -> None:
     job = _job().encode()
     r.rpush("forkq:inflight:h:1:bbbbbbbbbbbb:2", "queue:default", job)
     _wrong(r, target)
+    _wrong(r, keys.UNFILED, "hash")
     failure = failures.Failure(target, _job(error_class="E"), 1.0)
     with pytest.raises(redis.ResponseError) as refused:
         failures.file(r, "forkq:inflight:h:1:bbbbbbbbbbbb:2", failure, held=job)
     _refusal(refused, target, "string")
     assert r.lrange("forkq:inflight:h:1:bbbbbbbbbbbb:2", 0, -1) == [b"queue:default", job]
     assert r.get(target) == b"not what forkq expects" and not r.exists("stat:failed")
+    assert unfiled.refile(r, now=1.0) == 0  # a wrong-typed forkq:unfiled: reported, no move
+
+
+def test_an_unfiled_entry_of_no_known_set_is_buried_as_it_is(r: redis.Redis) -> None:
+    r.zadd(keys.UNFILED, {b"\xff not ours": 5.0, b"retry|{}": 6.0})
+    assert unfiled.refile(r, now=10.0) == 2
+    assert r.zrange("dead", 0, -1) == [b"\xff not ours"] and r.zrange("retry", 0, -1) == [b"{}"]
 
 
 def test_filing_goes_on_past_counters_of_the_wrong_type(r: redis.Redis) -> None:
@@ -376,6 +410,29 @@ def test_a_wrong_typed_registry_stops_no_fetch_and_the_leader_rebuilds_it(
     assert sorted(row["jid"] for row in records(r)) == sorted(
         [*jids, "0badc0de0badc0de0badc0de"]), "every job ran exactly once"
     assert "refused" not in d.log() and d.alive()
+
+
+@pytest.mark.parametrize("target", ["retry", "dead"])
+def test_processors_whose_failures_cannot_be_filed_keep_working(
+        r: redis.Redis, daemon: Any, target: str) -> None:
+    """``concurrency: 3`` and three failures while their set holds a string: every later
+    job runs at once (before, each processor held its failure and fetched nothing until
+    the set was mended); the failures wait in ``forkq:unfiled`` and reach their set, each
+    once, when it is mended."""
+    _wrong(r, target)
+    d = daemon("concurrency: 3\nrequire: jobs\norphan_sweep_interval: 1\n")
+    d.wait_children(3)
+    client = forkq.Client(r)
+    failed = [client.push({"class": "Boom", "args": ["b"], "retry": 2 if target == "retry"
+                           else 0}) or "" for _ in range(3)]
+    until(lambda: r.zcard(keys.UNFILED) == 3, 15, d.log())
+    good = [push(r, "Record", n) for n in range(12)]
+    until(lambda: {row["jid"] for row in records(r)} >= set(good), 15, d.log())
+    assert r.get(target) == b"not what forkq expects", "still broken while the jobs ran"
+    r.delete(target)
+    until(lambda: _jids(r, target) == set(failed) and not r.exists(keys.UNFILED), 15, d.log())
+    assert sorted(row["jid"] for row in records(r)) == sorted(good)
+    assert d.alive()
 
 
 def test_a_bad_queue_key_stops_no_other_queue(r: redis.Redis, daemon: Any) -> None:

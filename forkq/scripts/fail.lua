@@ -10,29 +10,38 @@
 -- ARGV[4]  TTL in seconds of the daily stat keys
 -- ARGV[5]  dead set: entries scored at or below this are trimmed (now - 180 days)
 -- ARGV[6]  dead set: entries kept at most (10000)
+-- KEYS[7]  forkq:unfiled, where a failure waits while KEYS[2] holds another type
 -- ARGV[7]  the job as fetched: nothing happens unless KEYS[1] still holds it
 --
--- Returns the mode, or "gone" when KEYS[1] no longer holds ARGV[7] (the leader's orphan
--- sweep gave the job back while this process was cut off: it is queued again, so filing
--- the failure too would run it twice). Counts one processed and one failed execution,
--- as Sidekiq (best effort: a counter of the wrong type does not stop the filing).
--- Refuses, changing nothing, when KEYS[2] is not a sorted set: the job stays held.
+-- Returns the mode, "parked" when KEYS[2] holds another type than a sorted set (the
+-- failure goes to KEYS[7] as "<mode>|<job>" at the same score, for the leader to file once
+-- KEYS[2] is mended: the processor works on), or "gone" when KEYS[1] no longer holds
+-- ARGV[7] (the leader's orphan sweep gave the job back while this process was cut off:
+-- it is queued again, so filing the failure too would run it twice). Counts one processed
+-- and one failed execution, as Sidekiq (best effort: a counter of the wrong type does not
+-- stop the filing). Refuses, changing nothing, when KEYS[2] and KEYS[7] both hold another
+-- type than a sorted set: the job stays held.
 -- The release (LPOP of the first pair; jobs held behind it stay) is the first write: at
 -- maxmemory (noeviction) the filing goes through.
 if redis.call("LINDEX", KEYS[1], 1) ~= ARGV[7] then
   return "gone"
 end
-if ARGV[1] ~= "drop" then
+local mode = ARGV[1]
+if mode ~= "drop" then
   local bad = wrong_type(KEYS[2], "zset")
-  if bad then
+  if bad and wrong_type(KEYS[7], "zset") then
     return redis.error_reply(bad)
+  elseif bad then
+    mode = "parked"
   end
 end
 redis.call("LPOP", KEYS[1], 2)
-if ARGV[1] ~= "drop" then
+if mode == "parked" then
+  redis.call("ZADD", KEYS[7], ARGV[3], ARGV[1] .. "|" .. ARGV[2])
+elseif mode ~= "drop" then
   redis.call("ZADD", KEYS[2], ARGV[3], ARGV[2])
 end
-if ARGV[1] == "dead" then
+if mode == "dead" then
   redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", ARGV[5])
   redis.call("ZREMRANGEBYRANK", KEYS[2], 0, -(tonumber(ARGV[6]) + 1))
 end
@@ -41,4 +50,4 @@ for i = 3, 6 do
 end
 try("EXPIRE", KEYS[4], ARGV[4])
 try("EXPIRE", KEYS[6], ARGV[4])
-return ARGV[1]
+return mode

@@ -207,7 +207,9 @@ def bury(payload: payloads.Payload, now: float) -> Failure:
 
 
 def file(redis_client: Any, inflight_key: str, failure: Failure, *, held: bytes) -> bool:
-    """Atomically release the in-flight job ``held`` and file ``failure`` (fail.lua).
+    """Atomically release the in-flight job ``held`` and file ``failure`` (fail.lua): into
+    its set, or into ``forkq:unfiled`` while that set holds another type (logged; the
+    leader files it later, :mod:`forkq.daemon.children.unfiled`).
 
     False (nothing filed) when the in-flight list no longer holds ``held``: the leader's
     orphan sweep requeued it while this process was cut off from Redis."""
@@ -222,6 +224,7 @@ def file(redis_client: Any, inflight_key: str, failure: Failure, *, held: bytes)
             keys.daily(keys.STAT_PROCESSED, date),
             keys.STAT_FAILED,
             keys.daily(keys.STAT_FAILED, date),
+            keys.UNFILED,
         ],
         args=[
             failure.mode,
@@ -233,4 +236,7 @@ def file(redis_client: Any, inflight_key: str, failure: Failure, *, held: bytes)
             held,
         ],
     )
+    if result == b"parked":
+        log.warning("%r holds another type: the failure waits in %r until it is mended: %s",
+                    target, keys.UNFILED, failure.payload[:200])
     return bool(result != b"gone")

@@ -10,7 +10,8 @@ leader's term has three phases:
    ``leader_renew_interval``; move due ``schedule`` / ``retry`` jobs
    (:mod:`forkq.daemon.children.due_jobs`); every ``orphan_sweep_interval`` recover the in-flight
    jobs
-   of dead processes (:mod:`forkq.daemon.children.orphans`); enqueue due periodic ticks
+   of dead processes (:mod:`forkq.daemon.children.orphans`) and file the failures that
+   waited in ``forkq:unfiled`` (:mod:`forkq.daemon.children.unfiled`); enqueue due periodic ticks
    (:mod:`forkq.daemon.children.periodic`). Every one of those scripts checks the lease token;
    once a minute, sample every queue's size and latency (:mod:`forkq.metrics.sampler`);
 3. **hand over** (:meth:`Scheduler._hand_over`): on quiet, stop, reload or the
@@ -42,7 +43,7 @@ from forkq import cron, keys, middleware
 from forkq.config import Config
 from forkq.daemon import child_process
 from forkq.daemon.child_process import STOP_SIGNAL
-from forkq.daemon.children import due_jobs, orphans, periodic
+from forkq.daemon.children import due_jobs, orphans, periodic, unfiled
 from forkq.daemon.children.lease import Lease, LeaseLostError
 from forkq.daemon.children.queuewatch import QueueWatch
 from forkq.daemon.outage import Outage
@@ -162,6 +163,7 @@ class Scheduler:
             earliest = due_jobs.next_due(self.redis)
         if now >= self._sweep_time():
             orphans.sweep(self.redis, self._token(), now=wall)
+            unfiled.refile(self.redis, now=wall)
             self._next_sweep = now + self.config.orphan_sweep_interval
         if self.config.periodic and wall >= self._next_tick:
             self._periodic(wall)
