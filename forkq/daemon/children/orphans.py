@@ -120,8 +120,9 @@ def inflight_by_owner(client: redis.Redis) -> dict[str, list[str]]:
     type than a set, the lists :func:`rebuild_registry` finds."""
     try:
         registered = {text(key) for key in client.smembers(keys.INFLIGHT_REGISTRY)}
-    except redis.ResponseError:
-        registered = rebuild_registry(client)
+    except redis.ResponseError:  # another type (or a refusal: the rebuild is refused too)
+        registered = refused_is_none(keys.INFLIGHT_REGISTRY,
+                                     partial(rebuild_registry, client)) or set()
     lists: dict[str, list[str]] = defaultdict(list)
     for key in registered:
         owner = keys.inflight_owner(key)
