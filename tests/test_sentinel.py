@@ -262,8 +262,8 @@ def test_a_sentinel_url_naming_a_plain_server_is_a_config_error_at_start(
     """``unknown command 'SENTINEL'`` on every step until killed, before: now exit 78 at
     start, naming the URL (password hidden) and what answered."""
     plain = Node(tmp_path / "plain", [])
-    plain.start(ready=lambda: plain.client(password=None).ping())
     try:
+        plain.start(ready=lambda: plain.client(password=None).ping())
         url = f"redis+sentinel://:{PASSWORD}@127.0.0.1:{plain.port}/{SERVICE}"
         d = daemon(DAEMON, redis_url=url)
         assert d.wait(timeout=30) == 78, d.log()
