@@ -431,6 +431,28 @@ def test_a_daemon_frozen_in_its_wait_kills_no_child_when_it_resumes(
     m.run_until(lambda: any(signal.SIGKILL in m.processes.signals_to(p) for p in pids), 15)
 
 
+def test_a_stall_does_not_count_toward_a_running_job_s_timeout(
+        master: Callable[..., Master]) -> None:
+    """A job with 30 s of ``job_timeout`` ran 5 s, then the daemon was frozen 75 s: it is
+    not killed when the daemon resumes, and is once it has run 30 s of its own."""
+    m = master(config(job_timeout=30.0, liveness_timeout=100.0))
+    m.turn()
+    pid, _ = m.boot_all()
+    job = {"class": "Slow", "jid": "j1", "started": m.clock.time(), "queue": "default",
+           "payload": "{}", "run_at": int(m.clock.time())}
+    m.store.beat(pid, job=job)
+    m.turn()
+    for _ in range(5):
+        m.store.beat(pid, job=job)
+        m.turn()
+    m.wakeup.frozen = 75
+    m.turn(3)
+    assert signal.SIGKILL not in m.processes.signals_to(pid)
+    resumed = m.clock.monotonic()
+    m.run_until(lambda: signal.SIGKILL in m.processes.signals_to(pid), 40)
+    assert 20 < m.clock.monotonic() - resumed <= 27  # the 25 s its job had left, +1 s turns
+
+
 def test_a_daemon_frozen_between_two_turns_kills_no_child_when_it_resumes(
         master: Callable[..., Master], caplog: pytest.LogCaptureFixture) -> None:
     """Frozen in the turn's last steps (writing the process record): the next turn's

@@ -2,7 +2,8 @@
 
 :func:`verdict` decides, from what the master last saw of a child, whether it must be
 killed: its heartbeat has not changed for ``liveness_timeout`` (stopped, or stuck in C
-code holding the GIL), its job ran past its ``timeout`` option (else ``job_timeout``), or
+code holding the GIL), its job ran past its ``timeout`` option (else ``job_timeout``; the
+time the whole daemon was stalled does not count), or
 its RSS is above 1.5 x ``max_memory_mb`` (it recycles itself between jobs above
 ``max_memory_mb``). The pool acts on the verdict; the clock and the RSS are passed in.
 """
@@ -34,6 +35,7 @@ class Child:
     boot_error: str = ""
     killed: Gone | None = None  # set when the master SIGKILLs it, with the reason
     lanes: int = 0  # its lanes, each with an in-flight list (async_concurrency > 1)
+    frozen: float = 0.0  # seconds its current job spent with the whole daemon stalled
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ def verdict(child: Child, now: float, config: Config, *, wall: float, rss_mb: fl
                     f"(liveness_timeout {config.liveness_timeout:g}s)")
     job = child.job
     limit = (job or {}).get("timeout") or config.job_timeout
-    if job and limit and wall - float(job["started"]) > limit:
+    if job and limit and wall - float(job["started"]) - child.frozen > limit:
         return Kill("timeout", f"{job['class']} jid={job['jid']} ran past its timeout of "
                     f"{limit:g}s", jid=str(job["jid"]), timeout=float(limit))
     ceiling = config.max_memory_mb * HARD_MEMORY_FACTOR

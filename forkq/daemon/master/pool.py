@@ -296,16 +296,21 @@ class Pool:
 
     # -- watching ----------------------------------------------------------------------------
 
-    def trust_again(self, now: float) -> None:
-        """After a Redis outage: give every child a full liveness timeout from now."""
+    def trust_again(self, now: float, stalled: float = 0.0) -> None:
+        """After a Redis outage or a stall: give every child a full liveness timeout from
+        now; the ``stalled`` seconds do not count toward a running job's timeout."""
         for child in self.children.values():
             child.seen = now
+            if child.job:
+                child.frozen += stalled
 
     def watch(self, beats: dict[int, LastBeat], now: float) -> None:
         """Take in the children's heartbeats; cull the stale, the overdue and the oversized."""
         for child in list(self.children.values()):
             beat = beats.get(child.pid)
             if beat is not None and beat.seq != child.seq:
+                if beat.job != child.job:
+                    child.frozen = 0.0
                 child.seq, child.seen, child.job = beat.seq, now, beat.job
             if child.killed is None:
                 self._check(child, now)

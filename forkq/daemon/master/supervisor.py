@@ -411,7 +411,7 @@ class Supervisor:
             log.warning("the master was stalled for %.0fs (the daemon was stopped or frozen, or "
                         "Redis calls timed out): giving the processors a fresh liveness window",
                         stalled)
-            self._fresh_window(now)
+            self._fresh_window(now, stalled)
 
     def _beat(self) -> None:
         self._guarded(self._check_leader, "reading the leader")
@@ -450,9 +450,10 @@ class Supervisor:
         refusal once a minute, by :class:`~forkq.daemon.outage.Outage`)."""
         return self._outage.guard(step, name=name)
 
-    def _fresh_window(self, now: float) -> None:
-        """The children's beats could not be written or read meanwhile: judge them afresh."""
-        self.pool.trust_again(now)
+    def _fresh_window(self, now: float, stalled: float = 0.0) -> None:
+        """The children's beats could not be written or read meanwhile: judge them afresh
+        (and a stall of ``stalled`` seconds does not count toward their jobs' timeouts)."""
+        self.pool.trust_again(now, stalled)
         self.scheduler.trust_again(now)
 
     def _process_info(self) -> str:
