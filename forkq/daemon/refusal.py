@@ -24,8 +24,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import redis
+
+T = TypeVar("T")
 
 REPORT_INTERVAL = 60.0
 
@@ -94,3 +97,16 @@ class Recurring:
         if message:
             self._log.info(message, *args)
         return True
+
+    def skip_refused(self, subject: str, doing: str, step: Callable[[], T]) -> T | None:
+        """Run one item's Redis ``step``: a refusal (a key of the wrong type) is reported as
+        ``doing: subject left as it is: why`` (once per interval) and gives None, so a
+        loop over many items goes on; a success clears ``subject``."""
+        try:
+            result = step()
+        except redis.ResponseError as exc:
+            self.report(subject, "%s: %s left as it is: %s", doing, subject, describe(exc))
+            return None
+        self.clear(subject)
+        return result
+

@@ -36,7 +36,6 @@ from forkq.connection import text
 from forkq.daemon import held_jobs
 from forkq.daemon.children.lease import LeaseLostError
 from forkq.daemon.refusal import Recurring
-from forkq.daemon.refusal import describe as describe_error
 from forkq.scripts import script
 
 log = logging.getLogger(__name__)
@@ -99,14 +98,7 @@ def recover_process(client: redis.Redis, token: str | None, identity: str,
 
 def refused_is_none(subject: str, step: Callable[[], T]) -> T | None:
     """Run one item's step; a refusal is reported (once a minute per subject) and gives None."""
-    try:
-        result = step()
-    except redis.ResponseError as exc:
-        REFUSALS.report(subject, "recovering orphans: %s left as it is: %s", subject,
-                        describe_error(exc))
-        return None
-    REFUSALS.clear(subject)
-    return result
+    return REFUSALS.skip_refused(subject, "recovering orphans", step)
 
 
 def _members(client: redis.Redis, key: str) -> set[str]:

@@ -19,7 +19,7 @@ from typing import TypeVar, cast
 import redis
 
 from forkq import keys
-from forkq.daemon.refusal import Recurring, describe
+from forkq.daemon.refusal import Recurring
 from forkq.scripts import script
 
 log = logging.getLogger(__name__)
@@ -51,13 +51,7 @@ def refile(client: redis.Redis, *, now: float) -> int:
 
 
 def _refused_is_none(key: str, step: Callable[[], T]) -> T | None:
-    try:
-        result = step()
-    except redis.ResponseError as exc:
-        REFUSALS.report(key, "failures wait in %r: %s", keys.UNFILED, describe(exc))
-        return None
-    REFUSALS.clear(key, "%r accepts failures again", key)
-    return result
+    return REFUSALS.skip_refused(key, f"filing the failures in {keys.UNFILED!r}", step)
 
 
 def _move(client: redis.Redis, member: bytes, target: str, job: bytes, score: float,
