@@ -1,8 +1,8 @@
 """How idle processors wait: a push wakes one of them at once, and nothing piles up in Redis.
 
-One queue: two idle children wait inside Redis (BLMOVE into their armed in-flight lists),
-so a push is handed to exactly one of them; the others park and are rung when no listener
-is left. Several queues: one watch connection, unsubscribed while its child is busy.
+One queue: every idle child waits inside Redis (BLMOVE into its armed in-flight list), so a
+push is handed to exactly one of them. Several queues: one watcher per daemon (the holder of
+the watch token), its watch unsubscribed while its child is busy.
 Either way any client's push (Ruby's too) wakes the daemon. A server that closes idle
 connections (``timeout``) costs the waiting processors nothing.
 """
@@ -29,7 +29,6 @@ from forkq.daemon import held_jobs
 from forkq.daemon.children.blocking_wait import BlockingWait, name_for
 from forkq.daemon.children.queuewatch import QueueWatch
 from forkq.daemon.master.effects import CANCEL_WATCH
-from forkq.daemon.seat import BLOCKING_SEATS, MIN_SLOTS
 from forkq.embedded import EmbeddedServer
 
 from .conftest import counting_fetches, named, push, records, throwaway_server, until
@@ -56,12 +55,12 @@ def test_a_ruby_push_wakes_an_idle_daemon_at_once(r: redis.Redis, daemon: Any, s
 def test_a_push_to_one_queue_wakes_one_idle_child(r: redis.Redis, daemon: Any) -> None:
     d = daemon("concurrency: 4\nrequire: jobs\nlog_level: warning\n")
     d.wait_children(4)
-    until(lambda: _blocked(r) == BLOCKING_SEATS, 15, "the idle children are not waiting")
+    until(lambda: _blocked(r) == 4, 15, "the idle children are not waiting")
     client, jobs = Client(r), 20
     with counting_fetches(r) as fetches:
         started = time.monotonic()
         for n in range(jobs):
-            until(lambda: _blocked(r) == BLOCKING_SEATS, 5)  # idle: both listeners wait
+            until(lambda: _blocked(r) == 4, 5)  # idle: every child waits
             client.push({"class": "Lag", "args": [n]})
             until(lambda n=n: r.llen("test:lag") == n + 1, 5)
         calls = fetches()
@@ -71,28 +70,15 @@ def test_a_push_to_one_queue_wakes_one_idle_child(r: redis.Redis, daemon: Any) -
     assert calls <= jobs + timeouts, (calls, timeouts)
 
 
-def test_two_idle_processors_of_one_queue_wait_in_redis_and_the_others_park(
-        r: redis.Redis, daemon: Any) -> None:
-    d = daemon("concurrency: 4\nrequire: jobs\nlog_level: warning\n")
-    d.wait_children(4)
-    _assert_two_listen_over(r, 3.0)  # past a parked processor's own 2 s fetch
-    jid = push(r, "Record", "after")
-    until(lambda: jid in [row["jid"] for row in records(r)], 5, d.log)
-
-
-def test_only_the_processors_that_may_wait_on_a_seat_keep_its_files(r: redis.Redis,
-                                                                    daemon: Any) -> None:
-    """A seat's doorbells (a pipe per slot) and its lock file are open in the master and in
-    the processors that wait on it; the scheduler and a processor of lanes, forked by the
-    same master, have none of them."""
-    d = daemon("concurrency: 4\nrequire: jobs\n")
-    (processor, *_) = _booted(d, 4)
-    seat = _shared_with_master(d.pid, processor.pid)
-    assert len(seat) == MIN_SLOTS + 1, seat  # the bells and the file: what the test sees
+def test_only_the_processors_keep_the_watch_token_s_files(r: redis.Redis,
+                                                         daemon: Any) -> None:
+    """The watch token's file and doorbell are open in the master and in the processors
+    that may wait on it; the scheduler, forked by the same master, has none of them."""
+    d = daemon(f"concurrency: 2\nrequire: jobs\n{MULTI}")
+    (processor, *_) = _booted(d, 2)
+    token = _shared_with_master(d.pid, processor.pid)
+    assert len(token) == 2, token  # the doorbell pipe and the file
     assert _shared_with_master(d.pid, d.scheduler().pid) == set()
-    lanes = daemon("concurrency: 2\nasync_concurrency: 5\nrequire: jobs\n")
-    (child, *_) = _booted(lanes, 2)
-    assert _shared_with_master(lanes.pid, child.pid) == set()
 
 
 def _booted(d: Any, count: int) -> list[Any]:
@@ -127,14 +113,13 @@ def test_a_burst_to_an_idle_daemon_starts_on_every_processor_at_once(
     d = daemon(f"concurrency: 4\nrequire: jobs\nlog_level: warning\n{queues}")
     d.wait_children(4)
     until(lambda: r.scard(keys.INFLIGHT_REGISTRY) == 4, 15, "the children did not register")
-    if not queues:  # two wait in Redis, two are parked
-        until(lambda: _blocked(r) == BLOCKING_SEATS, 15, "the idle children are not waiting")
-    # each processor that takes a job rings a parked one when no other holder listens: all
-    # four start at once, not when the parked ones fetch on their own (2 s)
+    if not queues:  # every idle child waits in Redis
+        until(lambda: _blocked(r) == 4, 15, "the idle children are not waiting")
+    # all four start at once, not when idle ones fetch on their own (2 s)
     _assert_a_burst_starts_on_every_processor(r, d, 4)
 
 
-def test_a_reload_that_raises_concurrency_seats_the_new_processors(
+def test_a_reload_that_raises_concurrency_wakes_the_new_processors_too(
         r: redis.Redis, daemon: Any) -> None:
     d = daemon("concurrency: 2\nrequire: jobs\nlog_level: warning\n")
     d.wait_children(2)
@@ -145,53 +130,6 @@ def test_a_reload_that_raises_concurrency_seats_the_new_processors(
     until(lambda: r.scard(keys.INFLIGHT_REGISTRY) == 5, 15, d.log)
     _assert_a_burst_starts_on_every_processor(r, d, 5)
     assert "Traceback" not in d.log(), d.log()
-
-
-def test_a_reload_past_the_seats_count_seats_the_processors_already_running(
-        r: redis.Redis, daemon: Any) -> None:
-    """At ``concurrency: 2`` both idle processors listen (no seats); raised to 4 by a reload,
-    the two already running take seats as the newcomers do: two listen, not four."""
-    d = daemon("concurrency: 2\nrequire: jobs\nlog_level: warning\n")
-    d.wait_children(2)
-    until(lambda: _blocked(r) == 2, 15, "the idle children are not waiting")
-    path = Path(d.config_file)
-    path.write_text(path.read_text().replace("concurrency: 2", "concurrency: 4"))
-    d.signal(signal.SIGHUP)
-    d.wait_children(4)
-    until(lambda: r.scard(keys.INFLIGHT_REGISTRY) == 4, 15, d.log)
-    _assert_two_listen_over(r, 3.0)  # past each one's own 2 s fetch
-    path.write_text(path.read_text().replace("concurrency: 4", "concurrency: 2"))
-    d.signal(signal.SIGHUP)  # back to two: both listen again, with or without a seat
-    d.wait_children(2)
-    until(lambda: _blocked(r) == 2, 15, lambda: f"not both listen; log:\n{d.log()}")
-    _assert_a_burst_starts_on_every_processor(r, d, 2)
-
-
-def _assert_two_listen_over(r: redis.Redis, seconds: float) -> None:
-    """Two clients wait in BLMOVE within a few seconds, and never more than two over the
-    next ``seconds``."""
-    until(lambda: _blocked(r) == BLOCKING_SEATS, 15,
-          lambda: f"{_blocked(r)} wait in BLMOVE, not {BLOCKING_SEATS}")
-    seen, deadline = set(), time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        seen.add(_blocked(r))
-    assert max(seen) == BLOCKING_SEATS, seen  # a parked processor fetches, then parks again
-
-
-def test_a_long_job_on_a_listener_lets_a_parked_processor_listen(r: redis.Redis,
-                                                                 daemon: Any) -> None:
-    d = daemon("concurrency: 4\nrequire: jobs\nlog_level: warning\n")
-    d.wait_children(4)
-    until(lambda: _blocked(r) == BLOCKING_SEATS, 15, "the idle children are not waiting")
-    push(r, "Sleep", 8, "long")  # taken by a listener, which keeps its seat (the other listens)
-    until(lambda: [row["marker"] for row in records(r, "test:started")] == ["long"], 5, d.log)
-    # within a heartbeat turn past HOLD_LIMIT, it hands its seat on: two listen again
-    until(lambda: _blocked(r) == BLOCKING_SEATS, 5, "one listener left while the job runs")
-    assert not records(r, "test:ran"), "the long job ended before a parked processor listened"
-    jid = push(r, "Lag", "beside")
-    until(lambda: r.llen("test:lag") == 1, 5, d.log)
-    [row] = records(r, "test:lag")
-    assert row["jid"] == jid and row["lag"] < 1.0, row
 
 
 def _assert_a_burst_starts_on_every_processor(r: redis.Redis, d: Any, count: int) -> None:
@@ -251,25 +189,6 @@ def test_a_killed_listener_is_replaced_at_once(r: redis.Redis, daemon: Any,
         until(lambda pushed=pushed: r.llen("test:lag") == pushed + 1, 5)
     lags = [row["lag"] for row in records(r, "test:lag")[1:]]
     assert max(lags) < 1.0, lags  # not the 2 s poll: a listener took over
-
-
-def test_killing_both_listeners_hands_the_next_push_to_a_parked_processor(
-        r: redis.Redis, daemon: Any) -> None:
-    d = daemon("concurrency: 3\nrequire: jobs\nlog_level: warning\n")
-    children = {child.pid for child in d.wait_children(3)}
-    until(lambda: _blocked(r) == BLOCKING_SEATS, 15, "the idle children are not waiting")
-    listeners = {int(c["name"].rsplit(":", 1)[1]) for c in r.client_list()
-                 if c["name"].startswith(keys.WAITER_PREFIX)}
-    [parked] = children - listeners
-    for pid in listeners:  # seconds after their fork: respawned only after a 0.5 s backoff
-        os.kill(pid, signal.SIGKILL)
-    jid = push(r, "Lag", "after")
-    until(lambda: r.llen("test:lag") == 1, 5, d.log)
-    [row] = records(r, "test:lag")
-    # the master rang the parked processor when it reaped the listeners (its own fetch
-    # comes every 2 s; the respawned processors 0.5 s after the deaths)
-    assert (row["jid"], row["pid"]) == (jid, parked), (row, parked, d.log())
-    assert row["lag"] < 0.4, row
 
 
 @pytest.mark.parametrize("queues", ["", MULTI], ids=["one-queue", "weighted-queues"])
@@ -483,7 +402,7 @@ def test_a_paused_watch_the_server_closed_is_replaced_before_the_next_fetch(
         watch.pause()  # busy: unsubscribed, an idle client to the server's timeout
         [paused] = named(r, "paused-watch")
         assert r.client_kill_filter(_id=paused) == 1
-        if then == "arm":  # the processor took the seat: armed before its fetch
+        if then == "arm":  # the lane took the token: armed before its fetch
             watch.arm()
         else:  # the watcher's next wait: subscribes again, returns for a fetch
             assert watch.wait(5, read_fd) is False

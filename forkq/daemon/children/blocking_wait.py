@@ -2,8 +2,8 @@
 
 When a processor fetches from a single queue and finds it empty, fetch.lua *arms* its
 in-flight list (``{queue:<name>}``) and the processor sends, on a connection of its own,
-``BLMOVE queue:<name> <in-flight list> RIGHT RIGHT <timeout>`` (if it holds one of the
-two seats of :mod:`forkq.daemon.seat`; else it parks). A push by any client (Ruby's too) is
+``BLMOVE queue:<name> <in-flight list> RIGHT RIGHT <timeout>`` (each idle lane of
+:mod:`forkq.daemon.children.processor` on its own connection). A push by any client (Ruby's too) is
 then handed by Redis to exactly one waiting processor — the one that has waited longest —
 and the job lands in that processor's in-flight list as ``{queue key, job}`` in the same
 step, so the guarantee is the reliable fetch's: a job is always in a queue or in exactly

@@ -10,7 +10,7 @@ Two runners, one per way a processor runs jobs:
 - :class:`EventLoop` (``async_concurrency: 1``): one loop per child, created at its first
   coroutine job and reused for every later one, run from the child's main thread.
 - :class:`LoopThread` (``async_concurrency`` > 1): the loop runs in a thread of its own;
-  each lane (:mod:`forkq.daemon.children.lanes`) submits its coroutine from its thread and
+  each lane (:mod:`forkq.daemon.children.processor`) submits its coroutine from its thread and
   waits for the outcome, so up to N coroutine jobs progress at once in one process.
 
 Timeout: with a limit (the job's ``timeout`` option, else ``job_timeout``) the coroutine is

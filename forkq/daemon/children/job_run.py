@@ -1,7 +1,6 @@
 """One job, from its fetched bytes to its outcome: decode, look up, server middleware, body.
 
-Shared by the processor that runs one job at a time (:mod:`forkq.daemon.children.processor`)
-and the lanes of one that runs several at once (:mod:`forkq.daemon.children.lanes`); the
+Called by each lane of a processor (:mod:`forkq.daemon.children.processor`); the
 caller keeps the bookkeeping: acknowledge a job that completed, file the failure of one
 that did not. A coroutine job (``async def``) is run to its end by the caller's runner
 (:mod:`forkq.daemon.children.coroutines`) inside the middleware, as a plain body is.

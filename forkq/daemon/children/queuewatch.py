@@ -13,8 +13,8 @@ first fetch and stays armed.
 When the server refuses tracking (an ACL without ``client|tracking``, an old
 server), the watch falls back to polling every :data:`POLL_INTERVAL` seconds.
 
-A processor pauses its watch while it is busy or another processor holds the seat
-(:mod:`forkq.daemon.seat`; UNSUBSCRIBE: Redis drops the invalidations of a
+A processor pauses its watch while it is busy or another lane holds the watch token
+(:mod:`forkq.daemon.watch_token`; UNSUBSCRIBE: Redis drops the invalidations of a
 tracking client whose redirect target is not subscribed), so nothing piles up in Redis for
 a connection nobody reads; :meth:`QueueWatch.arm` or the next wait subscribes again (the
 wait then returns at once, so the processor fetches once more before it blocks).

@@ -45,7 +45,6 @@ from forkq.daemon.child_process import (
     describe,
     respawn_delay,
 )
-from forkq.daemon.children.lanes import Lanes
 from forkq.daemon.children.processor import Processor
 from forkq.daemon.master.cancels import Holder, to_stop
 from forkq.daemon.master.dead_child import Cause, Gone
@@ -55,7 +54,7 @@ from forkq.daemon.master.heartbeats import LastBeat, busy_entry
 from forkq.daemon.progress import Done, Progress
 from forkq.daemon.refusal import Recurring
 from forkq.daemon.refusal import describe as describe_error
-from forkq.daemon.seat import MIN_SLOTS, Seat
+from forkq.daemon.watch_token import WatchToken
 from forkq.middleware import ServerChain
 from forkq.registry import Registry
 
@@ -92,8 +91,7 @@ class Pool:
         self._clock = clock or SystemClock()
         self._pending: dict[int, Gone] = {}  # slot -> a gone child's job still to settle
         self._progress: dict[int, Progress] = {}  # slot -> memory shared with its child
-        self._seat = _new_seat(config.concurrency)  # which idle children listen
-        self._seat_of: dict[int, Seat] = {}  # pid -> the seat its child was forked with
+        self._token = WatchToken()  # which idle lane of several queues watches
         self._backoff: dict[int, tuple[int, float]] = {}  # slot -> (quick deaths, not before)
         self._boot_failures: dict[int, int] = {}
         self._unsettled = Recurring(log)
@@ -132,12 +130,8 @@ class Pool:
         return int(sum(self._processes.rss_mb(pid) for pid in self.children) * 1024)
 
     def configure(self, config: Config) -> None:
-        """Take a reloaded configuration; a new ``concurrency`` is the number of processors
-        that share the seats (the running ones see it at their next idle turn)."""
+        """Take a reloaded configuration (children forked from now on run with it)."""
         self.config = config
-        for seat in self._seats():
-            if seat.sharing != config.concurrency:
-                seat.share(config.concurrency)
 
     # -- forking -----------------------------------------------------------------------------
 
@@ -154,8 +148,6 @@ class Pool:
         """Fork one processor child for ``slot``."""
         self._progress.setdefault(slot, Progress())
         try:
-            if slot >= self._seat.slots:  # a reload raised concurrency: seats for newcomers
-                self._replace_seat()
             pid, read_fd = self._processes.fork_reporting(
                 lambda write_fd: self._become_child(slot, write_fd))
         except OSError as exc:
@@ -164,7 +156,6 @@ class Pool:
         now = self._clock.monotonic()
         lanes = self.config.async_concurrency if self.config.async_concurrency > 1 else 0
         self.children[pid] = Child(pid, slot, now, read_fd, seen=now, lanes=lanes)
-        self._seat_of[pid] = self._seat
         log.debug("processor-%d started, pid %d", slot, pid)
 
     def _cannot_fork(self, slot: int, exc: OSError) -> None:
@@ -176,52 +167,19 @@ class Pool:
         The signals stay blocked until its handlers are installed."""
         self._in_child()
         self.close_reports()
-        lanes = self.config.async_concurrency > 1
-        self.close_seats(keep=None if lanes else self._seat)  # lanes never wait on a seat
-        if lanes:
-            return Lanes(self.config, identity=self.identity, slot=slot,
+        return Processor(self.config, identity=self.identity, slot=slot,
                          registry=self.registry, middleware=self.middleware,
-                         report_fd=report_fd).run()
-        processor = Processor(self.config, identity=self.identity, slot=slot,
-                              registry=self.registry, middleware=self.middleware,
-                              report_fd=report_fd, progress=self._progress[slot],
-                              seat=self._seat)
-        return processor.run()
-
-    def _replace_seat(self) -> None:
-        """A new seat for the children forked from now on; the old one is closed here once
-        none of its children is left (OSError when the fds for it cannot be had)."""
-        old, self._seat = self._seat, _new_seat(self.config.concurrency)
-        if old not in self._seat_of.values():
-            old.close()
-
-    def _left_seat(self, child: Child) -> None:
-        """A reaped child leaves its seat's registry, and the seat's parked children are rung
-        (if it was the listener, one of them listens at once); a seat no child uses any more,
-        replaced after a reload, is closed."""
-        seat = self._seat_of.pop(child.pid, None)
-        if seat is None:
-            return
-        seat.child_gone(child.slot)
-        if seat is not self._seat and seat not in self._seat_of.values():
-            seat.close()
+                         token=self._token, report_fd=report_fd,
+                         progress=self._progress[slot]).run()
 
     def close(self) -> None:
-        """After the last turn: close the seats (no child of this pool is left)."""
-        for seat in self._seats():
-            seat.close()
+        """After the last turn: close the watch token (no child of this pool is left)."""
+        self._token.close()
 
-    def _seats(self) -> list[Seat]:
-        """Every seat open in the master: the current one and those its children use."""
-        return list({id(seat): seat for seat in (self._seat, *self._seat_of.values())}.values())
-
-    def close_seats(self, keep: Seat | None = None) -> None:
-        """In a freshly forked child: close every seat but ``keep`` (the one a processor
-        child was forked with; an older generation's, and any seat in a child that never
-        waits on one, the scheduler or a processor of lanes, only hold its fds)."""
-        for seat in self._seats():
-            if seat is not keep:
-                seat.close()
+    def close_token(self) -> None:
+        """In a freshly forked child that never waits for jobs (the scheduler): close the
+        watch token's file and doorbell."""
+        self._token.close()
 
     def close_reports(self) -> None:
         """In a freshly forked child: close the master's ends of the boot-report pipes."""
@@ -354,7 +312,7 @@ class Pool:
         gone = child.killed or self._gone(child, "exit" if told else "crash", how)
         if child.slot in self._progress:
             gone = replace(gone, done=self._progress[child.slot].read())
-        self._left_seat(child)
+        self._token.ring()  # if it was the watcher, another idle lane takes over
         if code != 0 and not child.booted and child.killed is None:
             self._boot_failed(child, how)
         elif code != 0 or child.killed is not None:
@@ -420,9 +378,3 @@ class Pool:
     def pending(self) -> list[str]:
         """In-flight keys still to settle."""
         return [gone.inflight_key for gone in self._pending.values()]
-
-
-def _new_seat(concurrency: int) -> Seat:
-    """A seat for ``concurrency`` processor slots, and at least :data:`MIN_SLOTS`, shared by
-    ``concurrency`` processors."""
-    return Seat(max(concurrency, MIN_SLOTS), sharing=concurrency)

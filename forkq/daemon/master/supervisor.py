@@ -171,7 +171,7 @@ class Supervisor:
 
     def close(self) -> None:
         """After the last turn: stop the embedded server, restore the signal handlers, close
-        the children's seats."""
+        the children's watch token."""
         self._stop_embedded()
         if hasattr(self, "pool"):
             self.pool.close()
@@ -218,9 +218,9 @@ class Supervisor:
 
     def _in_scheduler_child(self) -> None:
         """Run in a freshly forked scheduler: drop what belongs to the master, and the
-        processors' seats (the scheduler never waits on one)."""
+        processors' watch token (the scheduler never waits for jobs)."""
         self._in_child()
-        self.pool.close_seats()
+        self.pool.close_token()
 
     def loop_once(self, now: float) -> None:
         """One turn: signals → reap → watch → stop or top up → beat → title and notify."""
