@@ -17,6 +17,7 @@ from forkq.config import SETTINGS, Config, add_flags, import_required, load, loa
 from forkq.errors import ConfigError
 
 from .conftest import ROOT
+from .test_docs import docs_hooks
 
 Write = Callable[..., str]
 
@@ -600,31 +601,39 @@ def test_syntax_error_while_importing(write: Write) -> None:
     assert message.startswith("default: require: cannot import 'fqtest_syntax': SyntaxError: ")
 
 
-# -- one declaration per setting: the README's table and etc/forkq.yml follow SETTINGS ----------
+# -- one declaration per setting: the docs' table and etc/forkq.yml follow SETTINGS ------------
 
 
-def _readme_settings() -> dict[str, tuple[str, str]]:
-    """The README's settings table: name -> (flag column, environment column)."""
-    text = (ROOT / "README.md").read_text()
-    table = text.split("| setting | flag | environment | default | meaning |", 1)[1]
+def _documented_settings() -> dict[str, tuple[str, str]]:
+    """The settings table of docs/configuration.md: name -> (flag column, environment column)."""
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    table = text.split("| setting | flag | environment | default | on HUP | meaning |", 1)[1]
     rows: dict[str, tuple[str, str]] = {}
     for line in table.splitlines()[2:]:
         if not line.startswith("|"):
             break
-        name, flag, env = (cell.strip() for cell in line.strip("|").split("|")[:3])
+        cells = re.split(r"(?<!\\)\|", line.strip("|"))  # a cell may hold an escaped \|
+        name, flag, env = (cell.strip() for cell in cells[:3])
         rows[name.strip("`")] = (flag, env)
     return rows
 
 
-def test_the_readme_table_lists_every_setting_with_its_flag_and_variable() -> None:
-    rows = _readme_settings()
-    names = {"(environment)": "environment", "(config file)": "config_file"}
-    assert {names.get(row, row) for row in rows} == {s.name for s in SETTINGS}
+def test_the_documented_table_lists_every_setting_with_its_flag_and_variable() -> None:
+    rows = _documented_settings()
+    assert list(rows) == [s.name for s in SETTINGS]
     none = "\N{EN DASH}"  # the table's "not given"
     for row, (flag, env) in rows.items():
-        setting = next(s for s in SETTINGS if s.name == names.get(row, row))
+        setting = next(s for s in SETTINGS if s.name == row)
         assert env.startswith(f"`{setting.variable}`") if setting.variable else env == none, row
-        assert flag.startswith(f"`{setting.flags[0]}") if setting.flags else flag == none, row
+        assert flag.startswith(f"`{setting.flags[0]}`") if setting.flags else flag == none, row
+
+
+def test_the_documented_table_is_the_one_rendered_from_settings() -> None:
+    """The committed table is what docs/hooks.py renders: run it after changing a setting."""
+    hooks = docs_hooks()
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    assert hooks.committed_table(page) == hooks.settings_table(), (
+        "docs/configuration.md's settings table is stale: run .venv/bin/python docs/hooks.py")
 
 
 def test_the_example_file_shows_every_file_setting() -> None:

@@ -1,9 +1,9 @@
 """TLS (``rediss://`` with a CA and a client certificate) and a least-privilege ACL user:
 the daemon, the client and the CLI against a throwaway ``redis-server`` of each kind.
 
-The ACL is the one the README gives (its ``ACL SETUSER forkq`` line is read from README.md,
-so the two cannot drift); the test passes when jobs run, retry, die and recover with it and
-the server's ``ACL LOG`` records no denial at all.
+The ACL is the one the documentation gives (its ``ACL SETUSER forkq`` line is read from
+docs/redis.md, the only page that may hold one, so the two cannot drift); the test passes when
+jobs run, retry, die and recover with it and the server's ``ACL LOG`` records no denial at all.
 """
 
 from __future__ import annotations
@@ -68,12 +68,15 @@ def test_tls_with_a_client_certificate_serves_the_daemon_the_client_and_the_cli(
         node.stop()
 
 
-def readme_acl(password: str) -> list[str]:
-    """The ``ACL SETUSER forkq ...`` command of the README, for this host, as words."""
-    readme = (ROOT / "README.md").read_text()
-    lines = [line for line in readme.splitlines() if line.startswith("ACL SETUSER forkq ")]
-    assert len(lines) == 1, "README.md must give exactly one 'ACL SETUSER forkq' line"
-    words = shlex.split(lines[0].replace(">secret", f">{password}"))
+def documented_acl(password: str) -> list[str]:
+    """The ``ACL SETUSER forkq ...`` command of docs/redis.md, for this host, as words."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    lines = {page.name: [line for line in page.read_text().splitlines()
+                         if line.startswith("ACL SETUSER forkq ")] for page in pages}
+    assert {name: len(found) for name, found in lines.items() if found} == {"redis.md": 1}, (
+        "docs/redis.md, and no other page, must give exactly one 'ACL SETUSER forkq' line")
+    line = lines["redis.md"][0]
+    words = shlex.split(line.replace(">secret", f">{password}"))
     host = socket.gethostname()
     return [f"~{host}:*" if word == "~myhost:*" else word for word in words]
 
@@ -84,7 +87,7 @@ def test_a_least_privilege_acl_user_runs_the_daemon_the_client_and_the_cli(
     node.start()
     try:
         admin = node.client()
-        admin.execute_command(*readme_acl("acl-secret"), "~test:*")  # the jobs' own keys
+        admin.execute_command(*documented_acl("acl-secret"), "~test:*")  # the jobs' own keys
         url = f"redis://forkq:acl-secret@127.0.0.1:{node.port}/0"
         d = daemon(DAEMON, redis_url=url)
         d.wait_children(2, timeout=30)

@@ -28,7 +28,7 @@ from forkq.web import Auth, Throttle, make_app
 from forkq.web.mount import mount
 
 from .conftest import records, until
-from .test_tls_acl import readme_acl
+from .test_tls_acl import documented_acl
 from .topology import PASSWORD, Node
 from .web_client import Browser, serve
 
@@ -435,13 +435,13 @@ def test_wrong_typed_keys_are_reported_not_fatal(web: Any, r: redis.Redis) -> No
     assert 'id="history-table"' in dashboard.body
 
 
-def test_every_page_and_button_works_as_the_readme_least_privilege_acl_user(
+def test_every_page_and_button_works_as_the_documented_least_privilege_acl_user(
         tmp_path: Any, daemon: Any) -> None:
     node = Node(tmp_path / "acl", ["--requirepass", PASSWORD])
     node.start()
     try:
         admin = node.client()
-        admin.execute_command(*readme_acl("acl-secret"), "~test:*")
+        admin.execute_command(*documented_acl("acl-secret"), "~test:*")
         url = f"redis://forkq:acl-secret@127.0.0.1:{node.port}/0"
         d = daemon("concurrency: 1\nrequire: jobs\n", redis_url=url)
         gated = Client(url=url).push({"class": "Patient", "args": [60]})

@@ -28,7 +28,7 @@ from forkq.tools import bench_web
 from forkq.web import make_app
 from forkq.web.security import Auth
 
-from .test_tls_acl import readme_acl
+from .test_tls_acl import documented_acl
 from .topology import PASSWORD, Node
 from .web_client import Browser, serve
 
@@ -317,13 +317,13 @@ def test_bench_web_times_every_page_the_app_serves() -> None:
         assert any(candidate.regex.match(path) for path in timed), candidate.pattern
 
 
-def test_every_set_page_and_action_works_as_the_readme_least_privilege_acl_user(
+def test_every_set_page_and_action_works_as_the_documented_least_privilege_acl_user(
         tmp_path: Any) -> None:
     node = Node(tmp_path / "acl", ["--requirepass", PASSWORD])
     node.start()
     try:
         admin = node.client()
-        admin.execute_command(*readme_acl("acl-secret"))
+        admin.execute_command(*documented_acl("acl-secret"))
         url = f"redis://forkq:acl-secret@127.0.0.1:{node.port}/0"
         now = time.time()
         admin.zadd(keys.DEAD, {job(n, error_class="Boom"): now - n for n in range(1, 7)})
