@@ -24,6 +24,7 @@ import struct
 from dataclasses import dataclass
 
 _LAYOUT = struct.Struct("=16sI")
+_COUNT = struct.Struct("=I")
 
 
 def digest(job: bytes) -> bytes:
@@ -53,7 +54,7 @@ class Progress:
 
     def completed(self, count: int) -> None:
         """``count`` jobs of the batch, from its start, completed."""
-        self._map[16:20] = struct.pack("=I", count)
+        _COUNT.pack_into(self._map, 16, count)
 
     def read(self) -> Done:
         """What the mapping says now (``Done()`` when nothing completed)."""

@@ -118,7 +118,7 @@ class RedisEffects:
         self._told = False
         self._lane_keys = lane_keys
         self._runs = runs
-        self._show = show  # (lane, heartbeat entry or None)
+        self._shows = [lambda job, lane=lane: show(lane, job) for lane in range(len(lane_keys))]
         self._token = token
         self._fetchers = [Fetcher(self.redis, key, queues=config.queues, strict=config.strict,
                                   rng=random.Random(), batch=batch, spread=spread)
@@ -161,7 +161,7 @@ class RedisEffects:
         return found
 
     def run(self, lane: int, fetched: Fetched) -> failures.Failure | None:
-        return job_run.run(fetched, self._runs, lambda job: self._show(lane, job))
+        return job_run.run(fetched, self._runs, self._shows[lane])
 
     def file(self, lane: int, failure: failures.Failure, job: bytes) -> bool:
         return failures.file(self.redis, self._lane_keys[lane], failure, held=job)

@@ -370,14 +370,16 @@ class Processor:
     def _show(self, lane: int, job: dict[str, Any] | None) -> None:
         """Keep the heartbeat's ``job`` on the longest-running job of the lanes (the one a
         ``job_timeout`` is judged by)."""
+        if len(self.lanes) == 1:  # its one job (one thread: no lock, no search)
+            self._beat.job = job
+            return
         with self._lock:
             if job is None:
                 self._running.pop(lane, None)
             else:
                 self._running[lane] = job
-            if self._beat is not None:
-                self._beat.job = min(self._running.values(),
-                                     key=lambda entry: entry["started"], default=None)
+            self._beat.job = min(self._running.values(),
+                                 key=lambda entry: entry["started"], default=None)
 
     def _held_jids(self) -> list[str]:
         """The jids of the jobs held, not started (for the TTIN dump)."""
@@ -399,6 +401,8 @@ class Processor:
 
     def _count_job(self) -> None:
         """After a job: stop after ``max_jobs`` jobs or above ``max_memory_mb``."""
+        if not (self.config.max_jobs or self.config.max_memory_mb):
+            return
         with self._lock:
             self._jobs_done += 1
             done = self._jobs_done
