@@ -20,9 +20,10 @@ import redis.utils
 from forkq import keys, scripts, wirejson
 from forkq import payload as job
 from forkq.daemon import pipes
-from forkq.daemon.children import failures, fetch, lanes
+from forkq.daemon.children import failures, fetch
 from forkq.daemon.children.batch_size import BatchSize
 from forkq.daemon.signals import SelfPipe
+from forkq.daemon.watch_token import WatchToken
 from forkq.errors import MalformedJobError, UnknownJobError
 from forkq.middleware import Chain
 from forkq.registry import Job, Registry
@@ -294,18 +295,30 @@ def test_lane_keys_name_their_owner_and_child() -> None:
     assert keys.inflight_owner("forkq:inflight:host:12:abc:345-x") is None
 
 
-def test_a_ring_before_any_lane_waits_is_kept_and_close_wakes_every_lane() -> None:
-    bell = lanes.Doorbell()
-    bell.ring()
-    assert bell.wait() is True  # at once: the ring was kept
-    woken: list[bool] = []
-    waiters = [threading.Thread(target=lambda: woken.append(bell.wait())) for _ in range(3)]
-    for waiter in waiters:
-        waiter.start()
-    bell.close()
-    for waiter in waiters:
-        waiter.join(timeout=5)
-    assert woken == [False, False, False]
+def test_the_watch_token_is_one_lane_s_at_a_time_and_its_release_rings() -> None:
+    token = WatchToken()
+    read_fd, write_fd = os.pipe()
+    try:
+        assert token.take() and token.held() and token.take()  # taking again keeps it
+        other: list[bool] = []
+        thread = threading.Thread(target=lambda: other.append(token.take()))
+        thread.start()
+        thread.join(timeout=5)
+        assert other == [False], "another lane of the process may not take it"
+        waiter: list[bool] = []
+        thread = threading.Thread(target=lambda: waiter.append(token.wait(5, read_fd)))
+        thread.start()
+        token.release()  # rings: the waiter wakes (not by its wake fd)
+        thread.join(timeout=5)
+        assert waiter == [False] and not token.held()
+        thread = threading.Thread(target=lambda: other.append(token.take() and token.held()))
+        thread.start()
+        thread.join(timeout=5)
+        assert other == [False, True], "a released token is free for another lane"
+    finally:
+        token.close()
+        os.close(read_fd)
+        os.close(write_fd)
 
 
 def test_jids_made_in_bulk_look_like_sidekiqs_and_differ() -> None:
