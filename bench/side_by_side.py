@@ -10,11 +10,12 @@ then Sidekiq's Ruby client enqueueing, Sidekiq 1x10 and 2x10 — so the two syst
 on a noisy machine — all against one server (a private throwaway one unless ``--redis-url``
 is given). Each configuration is measured as ``forkq bench`` measures forkq alone
 (:func:`forkq.tools.bench.measure`), with the same job body on both sides (one pipelined
-``INCR`` + ``SETBIT``; Sidekiq's in ``ruby/bench_worker.rb``): drain rate, CPU ms per job of
-the workers' process tree and of the server (from /proc, over the drain only), idle latency
-beside the host's floor, launch -> first job beside the launch floor, PSS. The table adds
-each side's own client enqueueing (one by one, in bulk: :func:`python_enqueue`,
-``ruby/bench_enqueue.rb``) and a last column, forkq's best over Sidekiq's best (:func:`ratio`).
+``INCR`` + ``SETBIT``; Sidekiq's in ``ruby/bench_worker.rb``): drain rate, jobs per
+CPU-second of the workers' process tree and the server together, CPU ms per job of each
+(from /proc, over the drain only), idle latency beside the host's floor, launch -> first job
+beside the launch floor, PSS. The table adds each side's own client enqueueing (one by one,
+in bulk: :func:`python_enqueue`, ``ruby/bench_enqueue.rb``) and a last column, forkq's best
+over Sidekiq's best (:func:`ratio`).
 """
 
 from __future__ import annotations
@@ -127,6 +128,9 @@ def _ratio_cell(results: Results, row: Row) -> str:
 def _notes(options: bench.Options) -> list[str]:
     return [f"enqueue: {options.jobs} jobs by the side's own client (forkq: Python, sidekiq: "
             "Ruby), nothing consuming, shown under the side's first column",
+            "jobs per CPU-second: drained jobs over the CPU seconds the worker process tree "
+            "(forkq: master and processors; sidekiq: its Ruby processes) and redis-server "
+            "spent during the drain, from /proc",
             f"{RATIO}: forkq's best column over Sidekiq's best (highest rate, lowest cost or "
             "delay)"]
 

@@ -1,5 +1,5 @@
-"""The benchmark's parts: the table's medians and (``bench/side_by_side.py``) ratio,
-/proc accounting, -c parsing, forkq's bytecode compiled as an install would, the
+"""The benchmark's parts: the table's medians and (``bench/side_by_side.py``) ratio, jobs per
+CPU-second, /proc accounting, -c parsing, forkq's bytecode compiled as an install would, the
 host's floors (a bare waiter and a bare launch against the session's server), and where
 ``forkq bench --sidekiq`` finds the comparison."""
 
@@ -76,6 +76,16 @@ def test_the_side_by_side_table_has_the_enqueue_rows_and_the_ratio_column() -> N
     drain = next(line for line in lines if line.startswith("drain jobs/s "))
     assert drain.split()[-4:] == ["100", "120", "200", "0.60"]
     assert any(line.startswith("enqueue bulk jobs/s ") for line in lines)
+
+
+def test_jobs_per_cpu_second_counts_the_workers_and_the_server() -> None:
+    drained = bench_phases.Drain(jobs_per_second=9000, workers_cpu_ms=0.075,
+                                 server_cpu_ms=0.025)
+    assert drained.jobs_per_cpu_second == pytest.approx(10_000)
+    remote = bench_phases.Drain(jobs_per_second=9000, workers_cpu_ms=0.075, server_cpu_ms=None)
+    assert remote.jobs_per_cpu_second is None, "no figure without the server's CPU"
+    per_cpu = next(row for row in ROWS if row.key == "per_cpu")
+    assert per_cpu.higher_is_better and "workers + redis" in per_cpu.label
 
 
 @pytest.mark.process

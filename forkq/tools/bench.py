@@ -4,7 +4,7 @@ For each repetition, forkq at each concurrency in turn, all against one server (
 throwaway one unless ``--redis-url`` is given). Each configuration is started once per
 repetition and measured in :mod:`forkq.tools.bench_phases`: launch → first job, drain of N
 jobs (jobs/s; CPU of the workers' process tree and of the server over the drain, from the
-OS's accounting: CPU ms per job of each), PSS of the
+OS's accounting: jobs per CPU-second of the two, and CPU ms per job of each), PSS of the
 tree after the drain, idle enqueue → start latency, measured in turns with the host's floor
 for that latency, a bare redis-py waiter (:mod:`forkq.tools.bench_floor`) started beside
 it: the floor's p50 and the system's p50 over it (pair by pair) are rows of the table, and
@@ -127,7 +127,7 @@ def measure(system: System, options: Options, results: Results, here: Session) -
     floor_p50, floor_p99 = phases.percentiles(floor)
     over = statistics.median(mine - bare for mine, bare in zip(delays, floor, strict=True))
     figures = {"launch": launch, "launch_floor": launch_floor, "drain": drained.jobs_per_second,
-               "cpu_workers": drained.workers_cpu_ms,
+               "per_cpu": drained.jobs_per_cpu_second, "cpu_workers": drained.workers_cpu_ms,
                "cpu_server": drained.server_cpu_ms, "pss": pss, "p50": p50, "p99": p99,
                "floor_p50": floor_p50, "over_floor": over}
     for key, value in figures.items():

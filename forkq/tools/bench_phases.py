@@ -113,6 +113,14 @@ class Drain:
     workers_cpu_ms: float
     server_cpu_ms: float | None  # None when the server is not a process on this machine
 
+    @property
+    def jobs_per_cpu_second(self) -> float | None:
+        """Jobs per CPU-second of the workers and the server together (None without the
+        server's figure)."""
+        if self.server_cpu_ms is None or self.workers_cpu_ms + self.server_cpu_ms <= 0:
+            return None
+        return 1000 / (self.workers_cpu_ms + self.server_cpu_ms)
+
 
 def drain(r: redis.Redis, system: System, jobs: int, server_pid: int | None, *,
           progress: Callable[[int], None] | None = None) -> Drain:

@@ -27,6 +27,7 @@ class Row:
 
 ROWS = (
     Row("drain", "drain jobs/s", 0, True),
+    Row("per_cpu", "jobs per CPU-second (workers + redis)", 0, True),
     Row("cpu_workers", "CPU ms/job workers", 3, False),
     Row("cpu_server", "CPU ms/job redis-server", 3, False),
     Row("p50", "idle latency p50 ms", 2, False),
