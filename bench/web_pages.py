@@ -152,6 +152,9 @@ def fill(r: redis.Redis, now: float) -> dict[str, str]:
             pipe.execute()
     for n in range(RETRIES):
         pipe.zadd(keys.RETRY, {json.dumps(failed(DEAD + n, now, now - 60)): now + n})
+        if n % BATCH == BATCH - 1:
+            pipe.execute()
+    for n in range(SCHEDULED):
         pipe.zadd(keys.SCHEDULE, {json.dumps(job(2 * DEAD + n, now)): now + 60 + n})
         if n % BATCH == BATCH - 1:
             pipe.execute()

@@ -109,18 +109,26 @@ def test_integer_timestamps_are_milliseconds() -> None:
     assert job.epoch_seconds("x") is None
 
 
+def _orders(queues: list[tuple[str, int]], take: int, *, strict: bool = False) -> list[str]:
+    """The queue orders a processor's fetch draws for ``take`` jobs (no connection is made)."""
+    unconnected = redis.Redis(unix_socket_path="/nonexistent/forkq-unit.sock")
+    return fetch.Fetcher(unconnected, "forkq:inflight:h:1", queues=queues, strict=strict,
+                         rng=random.Random(7)).orders(take)
+
+
 def test_weighted_order_matches_the_weights() -> None:
-    rng = random.Random(7)
-    queues = [("critical", 3), ("default", 2), ("low", 1)]
-    firsts = Counter(fetch.weighted_order(queues, rng)[0] for _ in range(60_000))
-    assert firsts["critical"] / 60_000 == pytest.approx(3 / 6, abs=0.01)
-    assert firsts["default"] / 60_000 == pytest.approx(2 / 6, abs=0.01)
-    assert firsts["low"] / 60_000 == pytest.approx(1 / 6, abs=0.01)
-    assert sorted(fetch.weighted_order(queues, rng)) == ["critical", "default", "low"]
+    orders = _orders([("critical", 3), ("default", 2), ("low", 1)], 60_000)
+    firsts = Counter(order.split(",")[0] for order in orders)
+    assert firsts["1"] / 60_000 == pytest.approx(3 / 6, abs=0.01)
+    assert firsts["2"] / 60_000 == pytest.approx(2 / 6, abs=0.01)
+    assert firsts["3"] / 60_000 == pytest.approx(1 / 6, abs=0.01)
+    assert all(sorted(order.split(",")) == ["1", "2", "3"] for order in orders)
 
 
-def test_strict_order_is_the_configured_order() -> None:
-    assert fetch.strict_order([("a", 1), ("b", 5)]) == ["a", "b"]
+def test_strict_order_and_a_single_queue_are_the_configured_order() -> None:
+    assert _orders([("a", 1), ("b", 5)], 2, strict=True) == ["1,2", "1,2"]
+    assert _orders([("only", 4)], 3) == ["1", "1", "1"]
+    assert _orders([("a", 1), ("b", 1), ("a", 1)], 1, strict=True) == ["1,2"]
 
 
 def test_backoff_is_sidekiqs_formula() -> None:
