@@ -49,6 +49,8 @@ from forkq.wirejson import is_utf8
 OPERATOR = ("status", "quiet", "stop", "dump", "reload", "queues", "retries", "dead",
             "scheduled", "cancel", "job")
 COMMANDS = ("run", "demo", "bench", "version", "enqueue", "web", *OPERATOR)
+MOVED_BENCHES = {"--web": "bench/web_pages.py", "--scheduled": "bench/scheduled.py",
+                 "--split": "bench/split.py", "--backlog": "bench/backlog.py"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -105,36 +107,25 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run the daemon on the example jobs, then stop")
     config.add_flags(demo)
     demo.set_defaults(func=_demo)
-    bench = commands.add_parser("bench", help="measure throughput and latency")
+    bench = commands.add_parser(
+        "bench", help="measure throughput, CPU per job, latency and launch",
+        epilog="The side-by-side comparison with Sidekiq (--sidekiq) and the benchmarks of "
+        "single features are in bench/ of a clone: " + ", ".join(MOVED_BENCHES.values()) + ".")
     bench.add_argument("-n", "--jobs", type=int, default=20_000, metavar="N", help="jobs per drain")
-    bench.add_argument("-c", "--concurrency", type=_int_list, default=None, metavar="C[,C...]",
-                       help="forkq processor counts to measure (default 2,4,8; "
-                       "--scheduled and --backlog take one, default 4)")
+    bench.add_argument("-c", "--concurrency", type=_int_list, default=[2, 4, 8],
+                       metavar="C[,C...]", help="forkq processor counts to measure (default 2,4,8)")
     bench.add_argument("--repeat", type=int, default=3, metavar="N",
                        help="repetitions, alternating the systems; the table shows the median")
     bench.add_argument("--latency-samples", type=int, default=200, metavar="N",
                        help="single pushes to an idle system for the latency figures")
-    bench.add_argument("--backlog", type=int, default=0, metavar="N",
-                       help="instead: drain N jobs with forkq watching the clients' output "
-                       "buffers, then time single pushes to the idle daemon")
     bench.add_argument("--sidekiq", action="store_true",
-                       help="also run Ruby's Sidekiq 6.4.1 (ruby-sidekiq) 1x10 and 2x10 to compare")
-    bench.add_argument("--scheduled", type=int, default=0, metavar="N",
-                       help="instead: schedule N jobs over --over seconds; print how late "
-                       "they start and whether each ran exactly once")
-    bench.add_argument("--over", type=float, default=30.0, metavar="SECONDS",
-                       help="seconds (with --scheduled)")
-    bench.add_argument("--daemons", type=int, default=2, metavar="N",
-                       help="forkq daemons sharing the server (with --scheduled)")
-    bench.add_argument("--split", action="store_true",
-                       help="instead: drain -n jobs three ways (the job's body alone in -c "
-                       "processes, forkq with a no-op body, forkq with the body) to show "
-                       "where the CPU goes")
-    bench.add_argument("--web", action="store_true",
-                       help="time every dashboard page server-side on a throwaway server "
-                            "filled with 100,000 dead jobs and 1,000 queues (< 100 ms each)")
+                       help="also run Ruby's Sidekiq 6.4.1 (ruby-sidekiq) 1x10 and 2x10 to "
+                       "compare (bench/side_by_side.py of the clone forkq is installed from)")
     bench.add_argument("--redis-url", default=None, metavar="URL",
                        help="use this server (default: a private throwaway server)")
+    for flag, script in MOVED_BENCHES.items():
+        bench.add_argument(flag, nargs="?", action=_Moved, help=argparse.SUPPRESS,
+                           default=None, const=script)
     bench.set_defaults(func=_bench)
     version = commands.add_parser("version", help="print the version")
     version.set_defaults(func=_version)
@@ -363,33 +354,20 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    concurrencies: list[int] = args.concurrency or [2, 4, 8]
-    single = concurrencies[0] if args.concurrency else 4
-    if args.web:
-        if args.redis_url is not None:
-            raise ConfigError("bench --web fills a private throwaway server; it takes no "
-                              "--redis-url")
-        from forkq.tools import bench_web
-        return bench_web.run()
-    if (args.scheduled or args.backlog or args.split) and len(concurrencies) > 1:
-        raise ConfigError("bench --scheduled / --backlog / --split take one concurrency "
-                          "(-c N)")
-    if args.split:
-        from forkq.tools import bench_split
-        return bench_split.run(jobs=args.jobs, concurrency=single, redis_url=args.redis_url)
-    if args.scheduled:
-        from forkq.tools import bench_scheduled
-        return bench_scheduled.run(jobs=args.scheduled, over=args.over, daemons=args.daemons,
-                                   concurrency=single, redis_url=args.redis_url,
-                                   sidekiq=args.sidekiq)
-    if args.backlog:
-        from forkq.tools import bench_backlog
-        return bench_backlog.run(jobs=args.backlog, concurrency=single,
-                                 samples=20, redis_url=args.redis_url)
     from forkq.tools import bench
-    return bench.run(bench.Options(
-        jobs=args.jobs, concurrencies=concurrencies, repeat=args.repeat,
-        latency_samples=args.latency_samples, sidekiq=args.sidekiq, redis_url=args.redis_url))
+    options = bench.Options(jobs=args.jobs, concurrencies=args.concurrency, repeat=args.repeat,
+                            latency_samples=args.latency_samples, redis_url=args.redis_url)
+    return bench.side_by_side(options) if args.sidekiq else bench.run(options)
+
+
+class _Moved(argparse.Action):
+    """A flag of ``forkq bench`` whose benchmark moved to ``bench/`` of a clone: a usage
+    error naming the script."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        parser.error(f"{option_string} moved out of the package: run python {self.const} "
+                     "in a clone of forkq's repository (--help of the script for its flags)")
 
 
 def _int_list(value: str) -> list[int]:

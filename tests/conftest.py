@@ -40,11 +40,13 @@ from forkq import scripts
 from forkq.client import Client
 from forkq.embedded import EmbeddedServer, find_binary
 from forkq.subprocesses import wait_for
-from forkq.tools.bench_table import ROWS
+from forkq.tools.bench_table import ROWS, Row
 from forkq.tools.driver import DaemonProcess
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
+BENCH = ROOT / "bench"
+sys.path.insert(0, str(BENCH))  # the benchmarks of a clone import each other by plain name
 PROCESS_FIXTURES = frozenset({"daemon", "ops", "hung_server", "password_server", "web_cli"})
 PROCESS_MODULES = frozenset({"test_cli", "test_operator_cli", "test_layout"})
 
@@ -236,11 +238,20 @@ def run_forkq(*args: str, cwd: str | Path | None = None, timeout: float = 60,
                           capture_output=True, text=True, timeout=timeout)
 
 
-def bench_table(stdout: str, columns: int) -> dict[str, list[str]]:
+def run_bench(script: str, *args: str, cwd: str | Path | None = None, timeout: float = 60
+              ) -> subprocess.CompletedProcess[str]:
+    """Run ``python bench/SCRIPT ARGS`` to completion, as from a clone."""
+    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(BENCH / script), *args], cwd=cwd, env=environ,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def bench_table(stdout: str, columns: int,
+                rows_of: tuple[Row, ...] = ROWS) -> dict[str, list[str]]:
     """The rows of the table ``forkq bench`` printed: label → its ``columns`` cells (as text);
-    fails unless every row is there with that many cells."""
+    fails unless every row of ``rows_of`` is there with that many cells."""
     rows: dict[str, list[str]] = {}
-    for row in ROWS:
+    for row in rows_of:
         line = next((x for x in stdout.splitlines() if x.startswith(row.label + " ")), None)
         assert line is not None, f"no row {row.label!r} in:\n{stdout}"
         cells = line[len(row.label):].split()

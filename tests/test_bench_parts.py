@@ -1,6 +1,7 @@
-"""The benchmark's parts: the table's medians and ratio, /proc accounting, -c parsing,
-forkq's bytecode compiled as an install would, the host's floors (a bare waiter and a bare
-launch against the session's server)."""
+"""The benchmark's parts: the table's medians and (``bench/side_by_side.py``) ratio, jobs per
+CPU-second, /proc accounting, -c parsing, forkq's bytecode compiled as an install would, the
+host's floors (a bare waiter and a bare launch against the session's server), and where
+``forkq bench --sidekiq`` finds the comparison."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import time
 import psutil
 import pytest
 import redis
+import side_by_side
 
 import forkq
 from forkq import keys
@@ -24,9 +26,9 @@ from forkq.embedded import EmbeddedServer
 from forkq.errors import ForkqError
 from forkq.tools import bench, bench_floor, bench_phases, bench_procs
 from forkq.tools.bench_systems import compile_forkq
-from forkq.tools.bench_table import ROWS, Results, ratio, render
+from forkq.tools.bench_table import ROWS, Results, render
 
-from .conftest import until
+from .conftest import ROOT, until
 
 DRAIN = next(row for row in ROWS if row.key == "drain")
 LATENCY = next(row for row in ROWS if row.key == "p50")
@@ -50,8 +52,8 @@ def test_a_cell_is_the_median_of_the_repetitions() -> None:
 
 
 def test_the_ratio_takes_each_side_best_highest_rate_lowest_delay() -> None:
-    assert ratio(_results(), DRAIN) == pytest.approx(120 / 200)
-    assert ratio(_results(), LATENCY) == pytest.approx(2 / 1)
+    assert side_by_side.ratio(_results(), DRAIN) == pytest.approx(120 / 200)
+    assert side_by_side.ratio(_results(), LATENCY) == pytest.approx(2 / 1)
 
 
 def test_without_sidekiq_there_is_no_ratio_column() -> None:
@@ -61,6 +63,29 @@ def test_without_sidekiq_there_is_no_ratio_column() -> None:
     table = render(results, header="h")
     assert "forkq/sidekiq" not in table
     assert "drain jobs/s" in table and "1,234" in table
+    assert "enqueue" not in table, "forkq bench alone times no client"
+
+
+def test_the_side_by_side_table_has_the_enqueue_rows_and_the_ratio_column() -> None:
+    table = render(_results(), header="h", rows=side_by_side.TABLE_ROWS,
+                   extra=(side_by_side.RATIO, lambda row: side_by_side._ratio_cell(_results(),
+                                                                                  row)))
+    lines = table.splitlines()
+    assert lines[1].split() == ["figure", "forkq", "-c2", "forkq", "-c4", "sidekiq", "1x10",
+                                "forkq/sidekiq"]
+    drain = next(line for line in lines if line.startswith("drain jobs/s "))
+    assert drain.split()[-4:] == ["100", "120", "200", "0.60"]
+    assert any(line.startswith("enqueue bulk jobs/s ") for line in lines)
+
+
+def test_jobs_per_cpu_second_counts_the_workers_and_the_server() -> None:
+    drained = bench_phases.Drain(jobs_per_second=9000, workers_cpu_ms=0.075,
+                                 server_cpu_ms=0.025)
+    assert drained.jobs_per_cpu_second == pytest.approx(10_000)
+    remote = bench_phases.Drain(jobs_per_second=9000, workers_cpu_ms=0.075, server_cpu_ms=None)
+    assert remote.jobs_per_cpu_second is None, "no figure without the server's CPU"
+    per_cpu = next(row for row in ROWS if row.key == "per_cpu")
+    assert per_cpu.higher_is_better and "workers + redis" in per_cpu.label
 
 
 @pytest.mark.process
@@ -208,3 +233,8 @@ def test_only_a_benchmark_push_has_a_push_time() -> None:
 def test_the_floor_note_gives_the_medians_of_the_repetitions() -> None:
     note = bench.floor_note([(0.5, 2.0), (0.3, 1.0), (0.4, 9.0)])
     assert note.startswith("host floor: idle latency p50 0.40 ms p99 2.00 ms ")
+
+
+def test_the_side_by_side_is_found_in_the_clone_forkq_is_installed_from() -> None:
+    assert bench.bench_folder() == ROOT / "bench"
+    assert (bench.bench_folder() / bench.SIDE_BY_SIDE).is_file()

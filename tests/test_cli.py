@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from .conftest import ROOT, bench_table, measured, positive, run_forkq
+from .conftest import ROOT, bench_table, measured, positive, run_bench, run_forkq
 
 BAD_CONFIGS = [
     ("concurrency: [1\n", "forkq.yml:2:1: (syntax)"),
@@ -76,11 +76,34 @@ def test_bench_prints_its_figures() -> None:
     assert " (used by redis-py)" in result.stdout, "hiredis is installed with forkq"
 
 
+def test_bench_sidekiq_outside_a_clone_names_the_clone_command(tmp_path: Path) -> None:
+    """forkq installed without its repository (here: the package copied alone) has no
+    ``bench/`` beside it: ``--sidekiq`` says how to get one."""
+    shutil.copytree(ROOT / "forkq", tmp_path / "forkq",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run([sys.executable, "-m", "forkq", "bench", "--sidekiq"], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert f"this forkq (in {tmp_path / 'forkq'}) is not installed from one" in done.stderr
+    assert "git clone " in done.stderr and "pip install -e ." in done.stderr, done.stderr
+    assert "bench/side_by_side.py" in done.stderr and done.stdout == ""
+
+
+def test_bench_flags_that_moved_to_the_clone_name_their_script() -> None:
+    for flag, script in [("--web", "bench/web_pages.py"), ("--split", "bench/split.py"),
+                         ("--scheduled", "bench/scheduled.py"), ("--backlog", "bench/backlog.py")]:
+        done = run_forkq("bench", flag, *(["10"] if flag != "--web" else []))
+        assert done.returncode == 2, done.stderr
+        assert f"{flag} moved out of the package: run python {script} in a clone" in \
+            done.stderr, done.stderr
+
+
 @pytest.mark.bench
 def test_bench_split_shows_the_body_alone_forkq_alone_and_both() -> None:
-    result = run_forkq("bench", "--split", "-n", "1500", "-c", "2", timeout=90)
+    result = run_bench("split.py", "-n", "1500", "-c", "2", timeout=90)
     assert result.returncode == 0, result.stderr
-    assert "forkq bench --split: 2000 jobs, 2 processes" in result.stdout, result.stdout
+    assert "bench/split.py: 2000 jobs, 2 processes" in result.stdout, result.stdout
     rows = {line[:20].strip(): line[20:].split() for line in result.stdout.splitlines()[2:]}
     assert list(rows) == ["job body alone", "forkq, no-op body", "forkq, the body"], rows
     assert all(len(cells) == 3 and all(positive(c) for c in cells)
@@ -89,7 +112,7 @@ def test_bench_split_shows_the_body_alone_forkq_alone_and_both() -> None:
 
 @pytest.mark.bench
 def test_bench_backlog_prints_the_start_delay_and_the_largest_output_buffer() -> None:
-    result = run_forkq("bench", "--backlog", "2000", "-c", "2", timeout=60)
+    result = run_bench("backlog.py", "-n", "2000", "-c", "2", timeout=60)
     assert result.returncode == 0, result.stderr
     found = re.search(r"after a 2000-job drain: a pushed job started in ([\d.]+) ms \(p50 of "
                       r"20; max ([\d.]+) ms\); largest client output buffer during the drain: "
@@ -106,7 +129,7 @@ def _tool(name: str) -> str:
 
 
 def test_ruff_is_clean() -> None:
-    result = subprocess.run([_tool("ruff"), "check", "forkq", "tests"], cwd=ROOT,
+    result = subprocess.run([_tool("ruff"), "check", "forkq", "tests", "bench"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
 

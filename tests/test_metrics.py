@@ -10,10 +10,7 @@ redis-rb, in ``tests/ruby/metrics_query.rb``, whose header cites the source line
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 from collections import Counter
 from typing import Any
@@ -27,7 +24,7 @@ from forkq.embedded import EmbeddedServer
 from forkq.metrics import layout, prometheus, query, sampler, text_format
 from forkq.metrics.recorder import Recorder, job_class, queue_writes
 
-from .conftest import ROOT, Daemon, identity_of, records, until
+from .conftest import Daemon, identity_of, records, run_bench, until
 from .test_sidekiq_interop import _run_ruby
 
 RUNS = 7  # Record jobs
@@ -302,9 +299,7 @@ def test_beats_and_metrics_survive_a_script_flush(r: redis.Redis, daemon: Any) -
 
 @pytest.mark.bench
 def test_bench_metrics_prints_its_figures_and_a_two_daemon_exposition(tmp_path: Any) -> None:
-    done = subprocess.run([sys.executable, "-m", "forkq.tools.bench_metrics", "--sample"],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = run_bench("job_metrics.py", "--sample", timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     print(done.stdout)
     assert re.search(r"counting one job in a child: [\d.]+ us", done.stdout), done.stdout

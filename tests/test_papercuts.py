@@ -25,7 +25,7 @@ from forkq.embedded import EmbeddedServer
 from forkq.errors import ConfigError
 from forkq.tools.driver import DaemonProcess
 
-from .conftest import ROOT, TESTS, Daemon, records, run_forkq, until
+from .conftest import ROOT, TESTS, Daemon, records, run_bench, run_forkq, until
 
 TASKS = """\
 from forkq import job
@@ -218,7 +218,7 @@ def test_the_demo_does_not_use_redis_url_from_the_environment(
 @pytest.mark.bench
 @pytest.mark.process
 def test_bench_scheduled_shows_progress_on_stderr() -> None:
-    done = run_forkq("bench", "--scheduled", "40", "--over", "2", "-c", "1", "--daemons", "1",
+    done = run_bench("scheduled.py", "-n", "40", "--over", "2", "-c", "1", "--daemons", "1",
                      timeout=120)
     assert done.returncode == 0, done.stderr
     assert "forkq: ran exactly once: 40 of 40" in done.stdout

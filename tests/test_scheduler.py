@@ -26,7 +26,15 @@ import forkq
 from forkq import keys
 from forkq.subprocesses import wait_for
 
-from .conftest import Daemon, _cmdline, elapsed_since, identity_of, records, run_forkq, until
+from .conftest import (
+    Daemon,
+    _cmdline,
+    elapsed_since,
+    identity_of,
+    records,
+    run_bench,
+    until,
+)
 
 Start = Callable[..., Daemon]
 
@@ -146,7 +154,7 @@ def test_a_leader_paused_past_its_lease_moves_no_job_after_waking(
 @pytest.mark.bench
 @pytest.mark.slow
 def test_a_thousand_scheduled_jobs_each_run_exactly_once_near_their_time(tmp_path: Any) -> None:
-    done = run_forkq("bench", "--scheduled", "1000", "--over", "10", "-c", "3", cwd=tmp_path,
+    done = run_bench("scheduled.py", "-n", "1000", "--over", "10", "-c", "3", cwd=tmp_path,
                      timeout=150)
     print(done.stdout)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -30,6 +30,7 @@ from typing import IO, Any
 
 import pytest
 import redis
+import side_by_side
 
 import forkq
 from forkq import payload as payloads
@@ -338,7 +339,8 @@ def test_bench_runs_side_by_side_with_sidekiq() -> None:
     assert "figure  " in result.stdout and "sidekiq 2x10  forkq/sidekiq" in result.stdout
     assert "; sidekiq side: ruby " in result.stdout and ", sidekiq 6.4.1, redis-rb " \
         in result.stdout, result.stdout
-    rows = bench_table(result.stdout, columns=4)  # forkq -c2, sidekiq 1x10, 2x10, the ratio
+    # forkq -c2, sidekiq 1x10, 2x10, the ratio
+    rows = bench_table(result.stdout, columns=4, rows_of=side_by_side.TABLE_ROWS)
     for label, cells in rows.items():
         # one client per side; a ratio of differences only where Sidekiq's is above zero
         filled = cells[:2] if label.startswith("enqueue") else \

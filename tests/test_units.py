@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import random
 import resource
@@ -22,6 +23,8 @@ from forkq import payload as job
 from forkq.daemon import pipes
 from forkq.daemon.children import failures, fetch
 from forkq.daemon.children.batch_size import BatchSize
+from forkq.daemon.master.supervisor import STALL_SLACK, overslept
+from forkq.daemon.refusal import Recurring, describe, is_refusal
 from forkq.daemon.signals import SelfPipe
 from forkq.daemon.watch_token import WatchToken
 from forkq.errors import MalformedJobError, UnknownJobError
@@ -107,18 +110,26 @@ def test_integer_timestamps_are_milliseconds() -> None:
     assert job.epoch_seconds("x") is None
 
 
+def _orders(queues: list[tuple[str, int]], take: int, *, strict: bool = False) -> list[str]:
+    """The queue orders a processor's fetch draws for ``take`` jobs (no connection is made)."""
+    unconnected = redis.Redis(unix_socket_path="/nonexistent/forkq-unit.sock")
+    return fetch.Fetcher(unconnected, "forkq:inflight:h:1", queues=queues, strict=strict,
+                         rng=random.Random(7)).orders(take)
+
+
 def test_weighted_order_matches_the_weights() -> None:
-    rng = random.Random(7)
-    queues = [("critical", 3), ("default", 2), ("low", 1)]
-    firsts = Counter(fetch.weighted_order(queues, rng)[0] for _ in range(60_000))
-    assert firsts["critical"] / 60_000 == pytest.approx(3 / 6, abs=0.01)
-    assert firsts["default"] / 60_000 == pytest.approx(2 / 6, abs=0.01)
-    assert firsts["low"] / 60_000 == pytest.approx(1 / 6, abs=0.01)
-    assert sorted(fetch.weighted_order(queues, rng)) == ["critical", "default", "low"]
+    orders = _orders([("critical", 3), ("default", 2), ("low", 1)], 60_000)
+    firsts = Counter(order.split(",")[0] for order in orders)
+    assert firsts["1"] / 60_000 == pytest.approx(3 / 6, abs=0.01)
+    assert firsts["2"] / 60_000 == pytest.approx(2 / 6, abs=0.01)
+    assert firsts["3"] / 60_000 == pytest.approx(1 / 6, abs=0.01)
+    assert all(sorted(order.split(",")) == ["1", "2", "3"] for order in orders)
 
 
-def test_strict_order_is_the_configured_order() -> None:
-    assert fetch.strict_order([("a", 1), ("b", 5)]) == ["a", "b"]
+def test_strict_order_and_a_single_queue_are_the_configured_order() -> None:
+    assert _orders([("a", 1), ("b", 5)], 2, strict=True) == ["1,2", "1,2"]
+    assert _orders([("only", 4)], 3) == ["1", "1", "1"]
+    assert _orders([("a", 1), ("b", 1), ("a", 1)], 1, strict=True) == ["1,2"]
 
 
 def test_backoff_is_sidekiqs_formula() -> None:
@@ -366,3 +377,55 @@ def test_one_long_job_shrinks_the_batch_at_once_and_short_ones_restore_it() -> N
         sizes.ran(0.0002)
         runs += 1
     assert runs < 60, "short jobs bring the batch back within a few dozen runs"
+
+
+# --- refusals, the stall verdict, fields of the wrong type ----------------------------------
+
+
+def test_a_turn_more_than_the_slack_late_is_a_stall() -> None:
+    assert overslept(None, 100.0) == 0.0  # no turn before
+    assert overslept(100.0, 100.0 + STALL_SLACK) == 0.0  # late, but within the slack
+    assert overslept(100.0, 141.0) == 41.0
+    assert overslept(100.0, 99.0) == 0.0
+
+
+def test_a_recurring_problem_is_logged_once_a_minute_per_subject(
+        caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    reporter = Recurring(logging.getLogger("t"), clock=lambda: now[0])
+    with caplog.at_level(logging.INFO):
+        assert reporter.report("queue:a", "bad %s", "a")
+        assert not reporter.report("queue:a", "bad %s", "a")
+        assert reporter.report("queue:b", "bad %s", "b")
+        now[0] = 60.0
+        assert reporter.report("queue:a", "bad %s", "a")
+        assert reporter.clear("queue:a", "fine %s", "a") and not reporter.clear("queue:a")
+    assert caplog.messages == ["bad a", "bad b", "bad a", "fine a"]
+    assert reporter.subjects == ["queue:b"]
+
+
+def test_a_refusal_is_told_from_an_outage_and_says_what_it_means() -> None:
+    assert is_refusal(redis.ResponseError("WRONGTYPE x")) and not is_refusal(
+        redis.ConnectionError("Error 111 connecting"))
+    assert describe(redis.ResponseError("WRONGTYPE Operation against a key"), "processes") == (
+        "WRONGTYPE: key 'processes' holds the wrong kind of value")
+    assert "maxmemory with the noeviction policy" in describe(
+        redis.exceptions.OutOfMemoryError("command not allowed"))
+    assert "read-only replica" in describe(redis.exceptions.ReadOnlyError("You can't write"))
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({}, (None, None, None, "", None)),
+    ({"retry_count": 3, "queue": "q", "backtrace": True, "jid": "j", "timeout": 5},
+     (3, "q", -1, "j", 5.0)),
+    ({"retry_count": True, "queue": 5, "backtrace": "x", "jid": 7, "timeout": "5"},
+     (None, None, None, "", None)),
+    ({"retry_count": -1, "queue": "", "backtrace": -2, "jid": ["j"], "timeout": 10**400},
+     (-1, None, 0, "", None)),
+])
+def test_an_optional_field_of_the_wrong_type_counts_as_absent(
+        fields: dict[str, object], expected: tuple[object, ...]) -> None:
+    payload = {"class": "X", "args": [], **fields}
+    assert (job.int_field(payload, "retry_count"), job.text_field(payload, "queue"),
+            job.backtrace_limit(payload), job.jid(payload),
+            job.number_field(payload, "timeout")) == expected

@@ -11,8 +11,6 @@ import contextlib
 import html
 import json
 import re
-import subprocess
-import sys
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -21,13 +19,14 @@ from urllib.parse import unquote
 
 import pytest
 import redis
+import web_pages
 
 from forkq import keys
 from forkq.embedded import EmbeddedServer
-from forkq.tools import bench_web
 from forkq.web import make_app
 from forkq.web.security import Auth
 
+from .conftest import run_bench
 from .test_tls_acl import documented_acl
 from .topology import PASSWORD, Node
 from .web_client import Browser, serve
@@ -288,13 +287,12 @@ def test_links_keep_the_mount_prefix(r: redis.Redis, served: Callable[..., Brows
 
 @pytest.mark.process
 def test_bench_web_times_every_page_at_scale() -> None:
-    """``forkq bench --web`` fills its own throwaway server (100,000 dead jobs, 1,000 queues)
+    """``bench/web_pages.py`` fills its own throwaway server (100,000 dead jobs, 1,000 queues)
     and prints one row per page; the pages of this module pass the 100 ms bound there."""
-    done = subprocess.run([sys.executable, "-m", "forkq", "bench", "--web"], capture_output=True,
-                          text=True, timeout=300, check=False)
+    done = run_bench("web_pages.py", timeout=300)
     table = {line[:24].strip(): line for line in done.stdout.splitlines()}
     assert "dead 100,000" in done.stdout and "queues 1,000" in done.stdout, done.stdout
-    for label, _ in bench_web.pages(dict.fromkeys(("dead", "retries", "scheduled"), "k")):
+    for label, _ in web_pages.pages(dict.fromkeys(("dead", "retries", "scheduled"), "k")):
         assert label in table, done.stdout
     for label in ("Scheduled", "Retries", "Dead", "Dead, page 4000", "Dead, search by class",
                   "Dead, search: no match", "Dead, search in args", "a dead job", "a retry",
@@ -305,11 +303,11 @@ def test_bench_web_times_every_page_at_scale() -> None:
 
 
 def test_bench_web_times_every_page_the_app_serves() -> None:
-    """Every GET route of the app (but the login form) is among ``forkq bench --web``'s pages,
+    """Every GET route of the app (but the login form) is among ``bench/web_pages.py``'s pages,
     those with a parameter through an example path."""
     from forkq.web import routes, views
     views.load()
-    timed = [path.split("?")[0] for _, path in bench_web.pages(
+    timed = [path.split("?")[0] for _, path in web_pages.pages(
         dict.fromkeys(("dead", "retries", "scheduled"), "1.0-0123456789abcdef"))]
     for candidate in routes.ROUTES:
         if candidate.method != "GET" or candidate.pattern == "/login":

@@ -33,11 +33,6 @@ class Outage:
         self.since: float | None = None
         self._refusals = Recurring(log)
 
-    @property
-    def active(self) -> bool:
-        """Whether the last Redis call failed."""
-        return self.since is not None
-
     def refused(self, exc: Exception, step: str = "a step") -> None:
         """Redis answered ``step`` with an error: log it (once a minute per error)."""
         text = describe(exc)

@@ -47,8 +47,6 @@ from forkq.ops.processes import FIELDS, Process
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE: str = CONTENT_TYPE_LATEST
-SERIES = ("queue", "job_class")
-PROCESS = ("identity", "hostname", "tag")
 # the ``le`` of each bucket as the text format writes it: Sidekiq's edges in seconds, +Inf
 _EDGES = [f"{ms / 1000:g}" for ms in layout.EDGES_MS] + ["+Inf"] * (
     layout.BUCKETS - len(layout.EDGES_MS))

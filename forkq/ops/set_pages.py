@@ -56,14 +56,6 @@ class Page:
         return max(1, math.ceil(self.total / self.size))
 
     @property
-    def has_next(self) -> bool:
-        return self.number < self.pages
-
-    @property
-    def has_previous(self) -> bool:
-        return self.number > 1
-
-    @property
     def first_index(self) -> int:
         """The 0-based position of the page's first entry in display order."""
         return (self.number - 1) * self.size

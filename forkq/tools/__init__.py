@@ -1,2 +1,3 @@
-"""Tooling around the daemon: ``forkq bench`` (and its scheduled and Sidekiq side-by-side
-variants), ``forkq demo``, and the driver that runs a real daemon as a subprocess."""
+"""Tooling around the daemon: ``forkq bench`` (forkq's own figures; the comparison with
+Sidekiq and the benchmarks of single features live in ``bench/`` of a clone), ``forkq demo``,
+and the driver that runs a real daemon as a subprocess."""

@@ -1,46 +1,54 @@
-"""``forkq bench``: forkq (and with ``--sidekiq``, Sidekiq 6.4.1) side by side, one table.
+"""``forkq bench``: forkq's own figures on this host, one table.
 
-For each repetition, in turn: forkq's Python client enqueueing, forkq at each concurrency,
-then (``--sidekiq``) Sidekiq's Ruby client enqueueing, Sidekiq 1x10 and 2x10 — so the two
-systems alternate on a noisy machine — all against one server (a private throwaway one
-unless ``--redis-url`` is given). Each configuration is started once per repetition and
-measured in :mod:`forkq.tools.bench_phases`: launch → first job, drain of N jobs (jobs/s,
-CPU per job of the workers' process tree and of the server, from the OS's accounting), PSS
-of the tree after the drain, idle enqueue → start latency, measured in turns with the
-host's floor for that latency, a bare redis-py waiter (:mod:`forkq.tools.bench_floor`)
-started beside it: the floor's p50 and the system's p50 over it (pair by pair) are rows of
-the table, and the floor's medians are printed under it. Just before each launch, the
-launch floor (a bare Python process importing redis-py and taking one job, also in
+For each repetition, forkq at each concurrency in turn, all against one server (a private
+throwaway one unless ``--redis-url`` is given). Each configuration is started once per
+repetition and measured in :mod:`forkq.tools.bench_phases`: launch → first job, drain of N
+jobs (jobs/s; CPU of the workers' process tree and of the server over the drain, from the
+OS's accounting: jobs per CPU-second of the two, and CPU ms per job of each), PSS of the
+tree after the drain, idle enqueue → start latency, measured in turns with the host's floor
+for that latency, a bare redis-py waiter (:mod:`forkq.tools.bench_floor`) started beside
+it: the floor's p50 and the system's p50 over it (pair by pair) are rows of the table, and
+the floor's medians are printed under it. Just before each launch, the launch floor (a bare
+Python process importing redis-py and taking one job, also in
 :mod:`~forkq.tools.bench_floor`) is timed the same way: a row of the table. The table
 (:mod:`forkq.tools.bench_table`) shows the median of the repetitions. Progress goes to
-stderr, the table to stdout.
+stderr, the table to stdout. The daemons under test import only the benchmark's job
+(:mod:`forkq.tools.bench_jobs`).
 
-The daemons under test import only the benchmark's jobs (:mod:`forkq.tools.bench_jobs`).
+``forkq bench --sidekiq`` (:func:`side_by_side`) compares forkq with Ruby's Sidekiq from the
+same parts; that comparison, like the benchmarks of single features, lives in the
+repository's ``bench/`` folder, next to the package of a clone, not in the package.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import platform
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 
 import redis
 from redis.utils import HIREDIS_AVAILABLE
 
+import forkq
 from forkq.connection import connect
 from forkq.embedded import server_url
 from forkq.errors import ForkqError
-from forkq.tools import bench_floor, bench_procs, bench_sidekiq
+from forkq.tools import bench_floor, bench_procs
 from forkq.tools import bench_phases as phases
 from forkq.tools.bench_systems import ForkqSystem, System, compile_forkq
 from forkq.tools.bench_table import Results, render
 
-SIDEKIQ_SHAPES = ((1, 10), (2, 10))  # (processes, threads)
+SIDE_BY_SIDE = "side_by_side.py"
+CLONE = ("git clone <forkq's repository> forkq && cd forkq && "
+         "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/forkq bench --sidekiq")
 
 
 @dataclass(frozen=True)
@@ -51,66 +59,88 @@ class Options:
     concurrencies: list[int]
     repeat: int
     latency_samples: int
-    sidekiq: bool
     redis_url: str | None
+
+
+@dataclass(frozen=True)
+class Session:
+    """Where one run measures: its scratch folder, the server (URL, a client, and its pid
+    when it runs on this machine) and the floors seen beside each configuration."""
+
+    tmp: str
+    url: str
+    r: redis.Redis
+    server_pid: int | None
+    floors: list[tuple[float, float]]
 
 
 def run(options: Options) -> int:
     """Run every repetition and print the table; the exit status (errors raise ForkqError,
     after every process started has been stopped)."""
-    if options.sidekiq:
-        bench_sidekiq.check_installed()
-    sides = _versions(options)
+    with session(options) as here:
+        systems: list[System] = [ForkqSystem(here.tmp, here.url, c)
+                                 for c in options.concurrencies]
+        results = Results()
+        for system in systems:
+            results.add_column(system.label, system.side)
+        for number in range(1, options.repeat + 1):
+            for system in systems:
+                progress(f"repetition {number}/{options.repeat}: {system.label} ...")
+                measure(system, options, results, here)
+        print(render(results, header=header(options, here.r) + "\n" + versions(),
+                     notes=[*notes(options, here), floor_note(here.floors)]))
+    return 0
+
+
+@contextlib.contextmanager
+def session(options: Options) -> Iterator[Session]:
+    """Compile forkq to bytecode (as an install would), start the private server (unless
+    ``--redis-url`` names one) and connect; everything is stopped on leaving."""
     if not compile_forkq():
-        _progress("could not compile forkq's modules to bytecode (read-only?): its launch "
-                  "figure includes compiling them")
+        progress("could not compile forkq's modules to bytecode (read-only?): its launch "
+                 "figure includes compiling them")
     with tempfile.TemporaryDirectory(prefix="forkq-bench-") as tmp, \
             server_url(tmp, options.redis_url) as url:
         r: redis.Redis = connect(url)
         try:
-            server_pid = local_server_pid(r)
-            results = _columns(options, tmp, url, r)
-            floors: list[tuple[float, float]] = []
-            for repetition in range(1, options.repeat + 1):
-                _repetition(options, results, tmp=tmp, url=url, r=r, server_pid=server_pid,
-                            number=repetition, floors=floors)
-            print(render(results, header=_header(options, r) + "\n" + sides,
-                         notes=[*_notes(options, server_pid), floor_note(floors)]))
+            yield Session(tmp, url, r, local_server_pid(r), [])
         finally:
             r.close()
-    return 0
 
 
-def _systems(options: Options, tmp: str, url: str, r: redis.Redis) -> list[System]:
-    """Every configuration, forkq's first, in the order each repetition runs them."""
-    systems: list[System] = [ForkqSystem(tmp, url, c) for c in options.concurrencies]
-    if options.sidekiq:
-        systems += [bench_sidekiq.SidekiqSystem(tmp, url, r, processes=p, threads=t)
-                    for p, t in SIDEKIQ_SHAPES]
-    return systems
-
-
-def _columns(options: Options, tmp: str, url: str, r: redis.Redis) -> Results:
-    results = Results()
-    for system in _systems(options, tmp, url, r):
-        results.add_column(system.label, system.side)
-    return results
-
-
-def _repetition(options: Options, results: Results, *, tmp: str, url: str, r: redis.Redis,
-                server_pid: int | None, number: int,
-                floors: list[tuple[float, float]]) -> None:
-    """One repetition: each side's client enqueueing, then each of its configurations (the
-    floor's (p50, p99) beside each is appended to ``floors``)."""
-    for side in ("forkq", "sidekiq"):
-        systems = [s for s in _systems(options, tmp, url, r) if s.side == side]
-        if not systems:
-            continue
-        _enqueue(side, url, options.jobs, results, first_column=systems[0].label)
-        for system in systems:
-            _progress(f"repetition {number}/{options.repeat}: {system.label} ...")
-            floors.append(_configuration(system, options, results, r=r, url=url,
-                                         server_pid=server_pid))
+def measure(system: System, options: Options, results: Results, here: Session) -> None:
+    """Start ``system`` once, measure it, stop it (also on failure), record its figures in
+    ``results`` and the floor's (p50, p99) beside it in ``here.floors``."""
+    r = here.r
+    try:
+        launch_floor = bench_floor.launch_floor(r, here.url)
+        launch = phases.launch(r, system)
+        phases.warm_up(r, system)
+        drained = phases.drain(r, system, options.jobs, here.server_pid,
+                               progress=_drain_progress(options.jobs))
+        pss = bench_procs.tree_pss_mb(system.roots())
+        delays, floor = _latency_beside_floor(r, system, options.latency_samples, url=here.url)
+    finally:
+        system.stop()
+        phases.clear(r)
+    p50, p99 = phases.percentiles(delays)
+    floor_p50, floor_p99 = phases.percentiles(floor)
+    over = statistics.median(mine - bare for mine, bare in zip(delays, floor, strict=True))
+    figures = {"launch": launch, "launch_floor": launch_floor, "drain": drained.jobs_per_second,
+               "per_cpu": drained.jobs_per_cpu_second, "cpu_workers": drained.workers_cpu_ms,
+               "cpu_server": drained.server_cpu_ms, "pss": pss, "p50": p50, "p99": p99,
+               "floor_p50": floor_p50, "over_floor": over}
+    for key, value in figures.items():
+        results.record(system.label, key, value)
+    here.floors.append((floor_p50, floor_p99))
+    server = "-" if drained.server_cpu_ms is None else f"{drained.server_cpu_ms:.3f}"
+    bare = "-" if launch_floor is None else f"{launch_floor:.2f}"
+    progress(f"  {system.label}: launch {launch:.2f} s (bare {bare} s), drain "
+             f"{drained.jobs_per_second:,.0f} jobs/s, CPU ms/job workers "
+             f"{drained.workers_cpu_ms:.3f} server {server}, "
+             f"PSS {pss:.1f} MB, latency p50 {p50:.2f} ms p99 {p99:.2f} ms (floor beside "
+             f"p50 {floor_p50:.2f} ms p99 {floor_p99:.2f} ms; over it, pair by pair, "
+             f"{over:+.2f} ms)")
 
 
 def floor_note(floors: Sequence[tuple[float, float]]) -> str:
@@ -121,52 +151,6 @@ def floor_note(floors: Sequence[tuple[float, float]]) -> str:
     return (f"host floor: idle latency p50 {p50:.2f} ms p99 {p99:.2f} ms of a bare redis-py "
             "BLMOVE waiter (no job system) pushed to in turns with each system: no Python "
             "worker starts sooner here")
-
-
-def _enqueue(side: str, url: str, jobs: int, results: Results, *, first_column: str) -> None:
-    """Time the side's own client; the figures go under the side's first column."""
-    if side == "forkq":
-        one, bulk = phases.python_enqueue(url, jobs)
-    else:
-        figures = bench_sidekiq.ruby_enqueue(url, jobs, phases.CHUNK)
-        one, bulk = figures["one_by_one"], figures["bulk"]
-    results.record(first_column, "enqueue_one", one)
-    results.record(first_column, "enqueue_bulk", bulk)
-    _progress(f"{side} client enqueue: one by one {one:,.0f} jobs/s, bulk {bulk:,.0f} jobs/s")
-
-
-def _configuration(system: System, options: Options, results: Results, *, r: redis.Redis,
-                   url: str, server_pid: int | None) -> tuple[float, float]:
-    """Start ``system`` once, measure it, stop it (also on failure), record its figures; the
-    floor's (p50, p99) beside it."""
-    try:
-        launch_floor = bench_floor.launch_floor(r, url)
-        launch = phases.launch(r, system)
-        phases.warm_up(r, system)
-        drained = phases.drain(r, system, options.jobs, server_pid,
-                               progress=_drain_progress(options.jobs))
-        pss = bench_procs.tree_pss_mb(system.roots())
-        delays, floor = _latency_beside_floor(r, system, options.latency_samples, url=url)
-    finally:
-        system.stop()
-        phases.clear(r)
-    p50, p99 = phases.percentiles(delays)
-    floor_p50, floor_p99 = phases.percentiles(floor)
-    over = statistics.median(mine - bare for mine, bare in zip(delays, floor, strict=True))
-    figures = {"launch": launch, "launch_floor": launch_floor, "drain": drained.jobs_per_second,
-               "cpu_workers": drained.workers_cpu_ms, "cpu_server": drained.server_cpu_ms,
-               "pss": pss, "p50": p50, "p99": p99, "floor_p50": floor_p50, "over_floor": over}
-    for key, value in figures.items():
-        results.record(system.label, key, value)
-    server = "-" if drained.server_cpu_ms is None else f"{drained.server_cpu_ms:.3f}"
-    bare = "-" if launch_floor is None else f"{launch_floor:.2f}"
-    _progress(f"  {system.label}: launch {launch:.2f} s (bare {bare} s), drain "
-              f"{drained.jobs_per_second:,.0f} jobs/s, CPU ms/job workers "
-              f"{drained.workers_cpu_ms:.3f} server {server}, "
-              f"PSS {pss:.1f} MB, latency p50 {p50:.2f} ms p99 {p99:.2f} ms (floor beside "
-              f"p50 {floor_p50:.2f} ms p99 {floor_p99:.2f} ms; over it, pair by pair, "
-              f"{over:+.2f} ms)")
-    return floor_p50, floor_p99
 
 
 def _latency_beside_floor(r: redis.Redis, system: System, samples: int, *,
@@ -194,11 +178,12 @@ def _drain_progress(jobs: int) -> Callable[[int], None]:
         now = time.monotonic()
         if now - last[0] >= 1.0:
             last[0] = now
-            _progress(f"    drained {count}/{jobs}")
+            progress(f"    drained {count}/{jobs}")
     return show
 
 
-def _progress(line: str) -> None:
+def progress(line: str) -> None:
+    """A progress line, on stderr."""
     print(line, file=sys.stderr, flush=True)
 
 
@@ -209,7 +194,8 @@ def local_server_pid(r: redis.Redis) -> int | None:
     return pid if ("redis" in name or "valkey" in name) else None
 
 
-def _header(options: Options, r: redis.Redis) -> str:
+def header(options: Options, r: redis.Redis) -> str:
+    """The table's first line: the run's size and the server."""
     info = r.info("server")
     server = (f"valkey {info['valkey_version']}" if "valkey_version" in info
               else f"redis {info['redis_version']}")
@@ -219,15 +205,12 @@ def _header(options: Options, r: redis.Redis) -> str:
             f"INCR + SETBIT, server {server}{private}")
 
 
-def _versions(options: Options) -> str:
-    """The runtimes and Redis client libraries of the job bodies: their per-command cost is
+def versions() -> str:
+    """The runtime and Redis client libraries of forkq's job body: their per-command cost is
     part of every drain figure (redis-py's differs by ~50 % between 7.1 and 8.1)."""
     parser = "used" if HIREDIS_AVAILABLE else "not used"
-    line = (f"forkq: python {platform.python_version()}, redis-py {redis.__version__}, "
+    return (f"forkq: python {platform.python_version()}, redis-py {redis.__version__}, "
             f"hiredis {_distribution_version('hiredis')} ({parser} by redis-py)")
-    if options.sidekiq:
-        line += f"; sidekiq side: {bench_sidekiq.versions()}"
-    return line
 
 
 def _distribution_version(name: str) -> str:
@@ -237,16 +220,34 @@ def _distribution_version(name: str) -> str:
         return "not installed"
 
 
-def _notes(options: Options, server_pid: int | None) -> list[str]:
-    notes = [f"latency: {options.latency_samples} single pushes to the idle system; "
-             f"enqueue: {options.jobs} jobs by the side's own client (forkq: Python, "
-             "sidekiq: Ruby), nothing consuming, shown under the side's first column",
+def notes(options: Options, here: Session) -> list[str]:
+    """The lines under the table that say how its figures were taken."""
+    found = [f"latency: {options.latency_samples} single pushes to the idle system; "
+             "CPU: the worker process tree's and the server's, over each drain only",
              "launch floor: a bare Python process (import redis, connect, BLMOVE one job, "
              "INCR), spawned just before each launch and timed alike: no Python worker on "
              "redis-py runs its first job sooner here"]
-    if options.sidekiq:
-        notes.append("forkq/sidekiq: forkq's best column over Sidekiq's best (highest rate, "
-                     "lowest cost or delay)")
-    if server_pid is None:
-        notes.append("the server is not a process on this machine: no server CPU figure")
-    return notes
+    if here.server_pid is None:
+        found.append("the server is not a process on this machine: no server CPU figure")
+    return found
+
+
+def bench_folder() -> Path:
+    """Where a clone keeps its benchmarks: ``bench/`` beside the package's folder (an
+    install from a clone in editable mode imports the package from the clone)."""
+    return Path(forkq.__file__).resolve().parent.parent / "bench"
+
+
+def side_by_side(options: Options) -> int:
+    """``forkq bench --sidekiq``: run ``bench/side_by_side.py`` of the clone forkq is
+    installed from; ForkqError naming the clone command when there is none."""
+    folder = bench_folder()
+    if not (folder / SIDE_BY_SIDE).is_file():
+        raise ForkqError(f"bench --sidekiq runs bench/{SIDE_BY_SIDE} of a clone of forkq's "
+                         f"repository, and this forkq (in {Path(forkq.__file__).parent}) is "
+                         f"not installed from one: {CLONE}")
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))  # as `python bench/side_by_side.py` would have it
+    module = importlib.import_module(SIDE_BY_SIDE.removesuffix(".py"))
+    status: int = module.run(options)
+    return status

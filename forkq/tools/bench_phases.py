@@ -1,12 +1,12 @@
 """The measurements of ``forkq bench``, the same for every system under test
 (:class:`~forkq.tools.bench_systems.System`).
 
-The benchmark job (forkq's in :mod:`forkq.tools.bench_jobs`, Sidekiq's in
-``ruby/bench_worker.rb``) takes ``[n]`` or ``[n, pushed]`` and runs one pipelined ``INCR`` of
-``DONE`` + ``SETBIT`` of ``BITS`` bit ``n``; with ``pushed`` it also RPUSHes ``now - pushed``
-to ``LATENCY`` (the keys are named in :mod:`~forkq.tools.bench_jobs`). The phases read the
-end of their work from that counter and that list, never from ``stat:processed`` (Sidekiq
-writes it only every 5 s).
+The benchmark job (forkq's in :mod:`forkq.tools.bench_jobs`; Sidekiq's, for the comparison
+run from a clone, in ``bench/ruby/bench_worker.rb``) takes ``[n]`` or ``[n, pushed]`` and
+runs one pipelined ``INCR`` of ``DONE`` + ``SETBIT`` of ``BITS`` bit ``n``; with ``pushed``
+it also RPUSHes ``now - pushed`` to ``LATENCY`` (the keys are named in
+:mod:`~forkq.tools.bench_jobs`). The phases read the end of their work from that counter and
+that list, never from ``stat:processed`` (Sidekiq writes it only every 5 s).
 
 Keys: ``DONE``, ``BITS``, ``LATENCY``, :data:`STAGING`, ``queue:<QUEUE>`` (all
 cleared by :func:`clear`), and ``queues`` (``SADD`` only).
@@ -28,7 +28,7 @@ from forkq import payload as payloads
 from forkq.errors import ForkqError
 from forkq.subprocesses import wait_for
 from forkq.tools import bench_procs
-from forkq.tools.bench_jobs import BITS, DONE, JOB_CLASS, LATENCY, QUEUE
+from forkq.tools.bench_jobs import BITS, DONE, LATENCY, QUEUE
 from forkq.tools.bench_systems import System
 
 STAGING = "forkq:bench:staging"
@@ -113,10 +113,20 @@ class Drain:
     workers_cpu_ms: float
     server_cpu_ms: float | None  # None when the server is not a process on this machine
 
+    @property
+    def jobs_per_cpu_second(self) -> float | None:
+        """Jobs per CPU-second of the workers and the server together (None without the
+        server's figure)."""
+        if self.server_cpu_ms is None or self.workers_cpu_ms + self.server_cpu_ms <= 0:
+            return None
+        return 1000 / (self.workers_cpu_ms + self.server_cpu_ms)
+
 
 def drain(r: redis.Redis, system: System, jobs: int, server_pid: int | None, *,
           progress: Callable[[int], None] | None = None) -> Drain:
-    """Stage ``jobs`` jobs, release them to the idle workers, wait until the last has run."""
+    """Stage ``jobs`` jobs, release them to the idle workers, wait until the last has run.
+    CPU is read from the OS just before the release and just after the last job is seen
+    done: the drain window only (staging and the warm-up are not in it)."""
     clear(r)
     stage(r, system.job_class, jobs)
     roots = system.roots()
@@ -156,13 +166,6 @@ def target(system: System) -> Target:
     return Target(system.label, system.job_class)
 
 
-def idle_latency(r: redis.Redis, system: System, samples: int, *, url: str) -> list[float]:
-    """Job start minus push time, in ms, of ``samples`` single pushes to the idle system,
-    each waited for, 2-5 ms apart (:func:`latencies` of the system alone)."""
-    (delays,) = latencies(r, [target(system)], samples, url=url)
-    return delays
-
-
 def latencies(r: redis.Redis, targets: Sequence[Target], samples: int, *,
               url: str) -> list[list[float]]:
     """Job start minus push time, in ms, of ``samples`` single pushes to each of the idle
@@ -171,7 +174,7 @@ def latencies(r: redis.Redis, targets: Sequence[Target], samples: int, *,
     that each target waits 2-5 ms between its pushes whatever their number, and the i-th
     delays of the targets were measured moments apart (a host slowing down shows in all).
     The pushes go through forkq's client built from ``url``, as ``forkq.push`` builds its
-    own (and as :func:`python_enqueue` times it)."""
+    own."""
     clear(r)
     client = clients.Client(url=url)
     delays: list[list[float]] = [[] for _ in targets]
@@ -209,26 +212,3 @@ def percentiles(values: list[float]) -> tuple[float, float]:
     """(p50, p99) of ``values`` (nearest rank for p99)."""
     ordered = sorted(values)
     return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-
-
-def python_enqueue(url: str, jobs: int) -> tuple[float, float]:
-    """(one by one, bulk) jobs/s of forkq's Python client pushing ``jobs`` jobs to :data:`QUEUE`
-    with nothing consuming it; the queue is deleted after each part."""
-    client = clients.Client(url=url)
-    try:
-        client.redis.delete(keys.queue(QUEUE))  # also opens the connection before the clock
-        item = {"class": JOB_CLASS, "queue": QUEUE, "retry": False}
-        started = time.perf_counter()
-        for n in range(jobs):
-            client.push({**item, "args": [n]})
-        one_by_one = jobs / (time.perf_counter() - started)
-        client.redis.delete(keys.queue(QUEUE))
-        started = time.perf_counter()
-        for first in range(0, jobs, CHUNK):
-            stop = min(jobs, first + CHUNK)
-            client.push_bulk({**item, "args": [[n] for n in range(first, stop)]})
-        bulk = jobs / (time.perf_counter() - started)
-        client.redis.delete(keys.queue(QUEUE))
-        return one_by_one, bulk
-    finally:
-        client.redis.close()

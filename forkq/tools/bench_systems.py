@@ -4,7 +4,7 @@ A :class:`System` is one configuration under test (``forkq -c4``, ``sidekiq 2x10
 starts its processes, says when every worker is up, gives the root pids of its process
 tree (for CPU and PSS), and stops them by those pids. Its workers run the benchmark job
 (registered as :data:`JOB_CLASS` by :mod:`forkq.tools.bench_jobs`, and in Ruby by
-``ruby/bench_worker.rb``) from :data:`QUEUE`.
+``bench/ruby/bench_worker.rb`` of a clone) from :data:`QUEUE`.
 """
 
 from __future__ import annotations
@@ -53,14 +53,16 @@ class System(Protocol):
 
 class ForkqSystem:
     """``python -m forkq run`` with ``concurrency`` processors, logging at warning, no
-    scheduler; its log goes to ``<tmp>/forkq-c<concurrency>.log``."""
+    scheduler, importing ``require`` (a module name or a ``.py`` path; the benchmark job's
+    module unless told); its log goes to ``<tmp>/forkq-c<concurrency>.log``."""
 
     side = "forkq"
 
-    def __init__(self, tmp: str, url: str, concurrency: int,
-                 job_class: str = JOB_CLASS) -> None:
+    def __init__(self, tmp: str, url: str, concurrency: int, *, job_class: str = JOB_CLASS,
+                 require: str = "forkq.tools.bench_jobs") -> None:
         self.label = f"forkq -c{concurrency}"
-        self.job_class = job_class  # what its drains push (forkq.tools.bench_jobs registers both)
+        self.job_class = job_class  # what its drains push (``require`` registers it)
+        self.require = require
         self.workers = concurrency
         self._tmp = tmp
         self._url = url
@@ -77,7 +79,7 @@ class ForkqSystem:
         path = os.path.join(self._tmp, f"bench-c{self.workers}.yml")
         with open(path, "w", encoding="utf-8") as f:
             f.write(f"concurrency: {self.workers}\nqueues: [{QUEUE}]\n"
-                    f"require: forkq.tools.bench_jobs\nredis_url: {self._url}\n"
+                    f"require: {self.require}\nredis_url: {self._url}\n"
                     "log_level: warning\nscheduler: false\n")
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._daemon = DaemonProcess(path, stderr=self._log)

@@ -2,8 +2,9 @@
 
 Order (Sidekiq's semantics): strict tries the queues as configured; weighted
 shuffles a list in which each queue appears ``weight`` times and keeps the
-first occurrence of each, so a queue of weight w is tried first w/sum(w) of the
-time. Both are pure functions of the queue list and a random source.
+first occurrence of each (:func:`shuffled_once`), so a queue of weight w is tried first
+w/sum(w) of the time. :meth:`Fetcher.orders` draws them, as the 1-based indexes fetch.lua
+takes.
 
 Mechanism: :file:`scripts/fetch.lua` acknowledges the jobs completed since the last
 fetch and moves the next one (or a batch from a deep queue, one queue order per job), each
@@ -31,16 +32,6 @@ from forkq.daemon.refusal import Recurring
 from forkq.scripts import script
 
 Queues = Sequence[tuple[str, int]]
-
-
-def strict_order(queues: Queues) -> list[str]:
-    """Queue names in configured order."""
-    return [name for name, _ in queues]
-
-
-def weighted_order(queues: Queues, rng: random.Random) -> list[str]:
-    """A shuffle of the queues where each comes first with probability weight / sum(weights)."""
-    return shuffled_once([name for name, weight in queues for _ in range(weight)], rng)
 
 
 def shuffled_once(expanded: list[str], rng: random.Random) -> list[str]:

@@ -1,4 +1,6 @@
-"""``forkq bench --web``: how long each dashboard page takes to render server-side, at scale.
+"""How long each dashboard page takes to render server-side, at scale.
+
+Run from a clone: ``python bench/web_pages.py`` (about a minute).
 
 Fills a private throwaway server (never a given one: it writes ~100 MB) with what a large
 installation holds: :data:`DEAD` dead jobs, :data:`QUEUES` queues of a few jobs each (some
@@ -16,6 +18,7 @@ Exit status 0 when every page passes.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import io
 import json
@@ -149,6 +152,9 @@ def fill(r: redis.Redis, now: float) -> dict[str, str]:
             pipe.execute()
     for n in range(RETRIES):
         pipe.zadd(keys.RETRY, {json.dumps(failed(DEAD + n, now, now - 60)): now + n})
+        if n % BATCH == BATCH - 1:
+            pipe.execute()
+    for n in range(SCHEDULED):
         pipe.zadd(keys.SCHEDULE, {json.dumps(job(2 * DEAD + n, now)): now + 60 + n})
         if n % BATCH == BATCH - 1:
             pipe.execute()
@@ -283,6 +289,15 @@ def table(timings: list[Timing], r: redis.Redis) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    """``python bench/web_pages.py``; 0 when every page passes."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--renders", type=int, default=RENDERS,
+                        help="renders of each page after its warm-up")
+    args = parser.parse_args(argv)
     random.seed(1)
-    sys.exit(run())
+    return run(renders=args.renders)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

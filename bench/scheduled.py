@@ -1,4 +1,7 @@
-"""``forkq bench --scheduled N``: how late scheduled jobs start, and that each runs once.
+"""How late scheduled jobs start, and that each runs once.
+
+Run from a clone: ``python bench/scheduled.py [-n N] [--over SECONDS] [-c C] [--daemons D]
+[--sidekiq] [--redis-url URL]`` (default 1,000 jobs over 30 s, 2 daemons of 4 processors).
 
 Starts ``--daemons`` forkq daemons (default 2, so a real election decides who
 moves the jobs) on a private throwaway server or the one given, waits for a
@@ -9,12 +12,13 @@ p99 / max of the lateness (start time minus scheduled time). With
 ``--sidekiq`` the same jobs then run through Ruby's Sidekiq 6.4.1, whose
 poller looks at the sorted sets every ~5 s on average.
 
-Importing this module (as the daemons do through ``require: forkq.tools.bench_scheduled``)
-registers the job.
+Importing this module (as the daemons do: their ``require`` is this file's path) registers
+the job.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -26,7 +30,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from importlib import resources
+from pathlib import Path
 
 import redis
 
@@ -72,9 +76,9 @@ def _forkq(r: redis.Redis, tmp: str, url: str, *, jobs: int, over: float, daemon
     path = os.path.join(tmp, "sched.yml")
     with open(path, "w", encoding="utf-8") as f:
         f.write(f"concurrency: {concurrency}\nqueues: [{QUEUE}]\n"
-                f"require: forkq.tools.bench_scheduled\n"
+                f"require: {Path(__file__).resolve()}\n"
                 f"redis_url: {url}\nlog_level: warning\n")
-    print(f"forkq bench --scheduled: {jobs} jobs at random moments over {over:g} s, "
+    print(f"bench/scheduled.py: {jobs} jobs at random moments over {over:g} s, "
           f"{daemons} daemons x {concurrency} processors")
     with open(os.path.join(tmp, "daemons.log"), "wb") as log_file:
         running = [DaemonProcess(path, stderr=log_file) for _ in range(daemons)]
@@ -97,7 +101,7 @@ def _sidekiq(r: redis.Redis, tmp: str, url: str, *, jobs: int, over: float,
     if binary is None:
         raise ForkqError("--sidekiq needs Ruby's Sidekiq: apt-get install -y ruby-sidekiq")
     r.delete(STAMPS, keys.queue(QUEUE), keys.SCHEDULE, keys.PROCESSES)
-    worker = str(resources.files("forkq.tools").joinpath("ruby/stamp_worker.rb"))
+    worker = str(Path(__file__).resolve().parent / "ruby" / "stamp_worker.rb")
     with open(os.path.join(tmp, "sidekiq.log"), "wb") as log_file:
         process = subprocess.Popen(
             [binary, "-r", worker, "-q", QUEUE, "-c", str(concurrency), "-t", "5"],
@@ -163,3 +167,26 @@ def _report(name: str, jids: list[str], stamps: list[dict[str, float]]) -> int:
               f" ms, p99 {p99 * 1000:.1f} ms, max {late[-1] * 1000:.1f} ms, "
               f"min {late[0] * 1000:.1f} ms")
     return 0 if once == len(jids) and not extra else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python bench/scheduled.py [flags]``; the exit status (0 when every job ran once)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", "--jobs", type=int, default=1000, help="jobs to schedule")
+    parser.add_argument("--over", type=float, default=30.0, metavar="SECONDS",
+                        help="the span their times are spread over")
+    parser.add_argument("-c", "--concurrency", type=int, default=4, help="processors per daemon")
+    parser.add_argument("--daemons", type=int, default=2, help="forkq daemons sharing the server")
+    parser.add_argument("--sidekiq", action="store_true",
+                        help="then the same jobs through Ruby's Sidekiq 6.4.1 (ruby-sidekiq)")
+    parser.add_argument("--redis-url", help="use this server (default: a private one)")
+    args = parser.parse_args(argv)
+    try:
+        return run(jobs=args.jobs, over=args.over, daemons=args.daemons,
+                   concurrency=args.concurrency, redis_url=args.redis_url, sidekiq=args.sidekiq)
+    except ForkqError as exc:
+        raise SystemExit(f"bench/scheduled.py: {exc}") from None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

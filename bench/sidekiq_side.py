@@ -1,5 +1,6 @@
-"""The Ruby side of ``forkq bench --sidekiq``: Debian's Sidekiq 6.4.1 as a :class:`System`,
-and Sidekiq's own client timed by a Ruby script.
+"""The Ruby side of ``forkq bench --sidekiq`` (:mod:`side_by_side`): Debian's Sidekiq 6.4.1
+as a :class:`~forkq.tools.bench_systems.System`, and Sidekiq's own client timed by a Ruby
+script.
 
 :class:`SidekiqSystem` runs ``processes`` separate ``sidekiq -c <threads>`` commands
 (each its own Ruby process) with ``ruby/bench_worker.rb``, the same job body as forkq's,
@@ -14,7 +15,7 @@ import json
 import os
 import shutil
 import subprocess
-from importlib import resources
+from pathlib import Path
 from typing import IO
 
 import redis
@@ -29,8 +30,12 @@ INSTALL = "apt-get install -y ruby-sidekiq"
 STOP_TIMEOUT = 15.0
 
 
-def _ruby_file(name: str) -> str:
-    return str(resources.files("forkq.tools").joinpath(f"ruby/{name}"))
+RUBY = Path(__file__).resolve().parent / "ruby"
+
+
+def ruby_file(name: str) -> str:
+    """The path of a Ruby script of ``bench/ruby``."""
+    return str(RUBY / name)
 
 
 def _which(command: str) -> str:
@@ -68,7 +73,7 @@ class SidekiqSystem:
 
     def start(self) -> None:
         """Spawn the Sidekiq processes."""
-        command = [_which("sidekiq"), "-r", _ruby_file("bench_worker.rb"), "-q", QUEUE,
+        command = [_which("sidekiq"), "-r", ruby_file("bench_worker.rb"), "-q", QUEUE,
                    "-c", str(self._threads), "-t", "5"]
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         for _ in range(self._count):
@@ -125,7 +130,7 @@ def ruby_enqueue(url: str, jobs: int, chunk: int) -> dict[str, float]:
     """``{"one_by_one": jobs/s, "bulk": jobs/s}`` of Sidekiq's Ruby client pushing ``jobs`` jobs
     of the benchmark class to :data:`QUEUE` (the script deletes the queue after each part)."""
     process = subprocess.Popen(
-        [_which("ruby"), _ruby_file("bench_enqueue.rb"), str(jobs), QUEUE, str(chunk)],
+        [_which("ruby"), ruby_file("bench_enqueue.rb"), str(jobs), QUEUE, str(chunk)],
         env={**os.environ, "REDIS_URL": url}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL)
     try:

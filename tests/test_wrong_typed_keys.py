@@ -32,8 +32,8 @@ from forkq.ops.queues import Queue
 from forkq.ops.sorted_sets import RetrySet
 
 from .conftest import push, records, throwaway_server, until
+from .test_hostile_payloads import CONFIG as PAYLOAD_CONFIG
 from .test_supervision import started
-from .test_trust_payloads import CONFIG as PAYLOAD_CONFIG
 
 TOKEN = "tester:1:aaaaaaaaaaaa:1:00000000"
 INFLIGHT = "forkq:inflight:gone-host:1:aaaaaaaaaaaa:7"

@@ -1,6 +1,6 @@
 """What job metrics cost, and what a two-daemon cluster exposes to Prometheus; prints both.
 
-``python -m forkq.tools.bench_metrics [--redis-url URL] [--sample]``:
+Run from a clone: ``python bench/job_metrics.py [--redis-url URL] [--sample]``:
 
 - the cost of counting one job in a child (:meth:`Recorder.record`, no I/O), and of the
   writes one beat adds to its round trip for 1, 5 and 20 job classes (median of 50 beats),

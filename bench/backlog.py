@@ -1,4 +1,7 @@
-"""``forkq bench --backlog N``: what a long drain leaves behind.
+"""What a long drain leaves behind: the clients' output buffers, and the next job's start.
+
+Run from a clone: ``python bench/backlog.py [-n N] [-c C] [--redis-url URL]`` (default
+200,000 jobs, 4 processors).
 
 Starts one forkq daemon (``-c``) on a private throwaway server (or the one given), drains N
 staged jobs (:mod:`forkq.tools.bench_phases`) while sampling ``CLIENT LIST`` every
@@ -11,6 +14,7 @@ Keys: those of :mod:`forkq.tools.bench_phases`.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
@@ -55,12 +59,12 @@ def run(*, jobs: int, concurrency: int, samples: int, redis_url: str | None) -> 
             phases.launch(r, system)
             phases.warm_up(r, system)
             omem, totmem, elapsed = _drain_watching_clients(r, system.job_class, jobs)
-            delays = phases.idle_latency(r, system, samples, url=url)
+            (delays,) = phases.latencies(r, [phases.target(system)], samples, url=url)
         finally:
             system.stop()
             phases.clear(r)
             r.close()
-    print(f"forkq bench --backlog: forkq -c{concurrency}, {jobs} jobs drained in "
+    print(f"bench/backlog.py: forkq -c{concurrency}, {jobs} jobs drained in "
           f"{elapsed:.1f} s ({jobs / elapsed:,.0f} jobs/s)")
     p50, slowest = phases.percentiles(delays)[0], max(delays)
     print(f"after a {jobs}-job drain: a pushed job started in {p50:.2f} ms (p50 of {samples}; "
@@ -95,3 +99,20 @@ def _drain_watching_clients(r: redis.Redis, job_class: str,
         time.sleep(SAMPLE_INTERVAL)
     return omem, totmem, time.perf_counter() - started
 
+
+def main(argv: list[str] | None = None) -> int:
+    """``python bench/backlog.py [flags]``; the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", "--jobs", type=int, default=200_000, help="jobs to drain")
+    parser.add_argument("-c", "--concurrency", type=int, default=4, help="processors")
+    parser.add_argument("--redis-url", help="use this server (default: a private one)")
+    args = parser.parse_args(argv)
+    try:
+        return run(jobs=args.jobs, concurrency=args.concurrency, samples=20,
+                   redis_url=args.redis_url)
+    except ForkqError as exc:
+        raise SystemExit(f"bench/backlog.py: {exc}") from None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
