@@ -174,9 +174,15 @@ def _operator_parsers(commands: Any) -> None:
     cancel = commands.add_parser("cancel", parents=[common], help="cancel jobs: remove them "
                                  "where they wait, or stop the processor running them")
     cancel.add_argument("jids", nargs="*", metavar="JID")
-    cancel.add_argument("--wait", type=options.seconds_option, default=5.0, metavar="SECONDS",
-                        help="how long to wait for a running job to be stopped (default 5)")
+    cancel.add_argument("--wait", type=options.seconds_option, default=None, metavar="SECONDS",
+                        help="how long to wait for a running job to be stopped (default: "
+                        f"cancel_grace + {CANCEL_WAIT_MARGIN:g})")
     cancel.set_defaults(func=_operator)
+
+
+CANCEL_WAIT_MARGIN = 3.0
+"""Seconds ``forkq cancel`` waits beyond ``cancel_grace``: the master sees a request within
+a second, and kills a job that ignores it within a second of the grace's end."""
 
 
 SIGNAL_COMMANDS = {"quiet": "stop taking jobs", "stop": "finish or requeue their jobs, then exit",
@@ -276,6 +282,8 @@ def _operator(args: argparse.Namespace) -> int:
 
     settings = config.load(args, os.environ)
     _check_utf8_arguments(args)
+    if args.command == "cancel" and args.wait is None:  # the daemons' grace, as configured
+        args.wait = settings.cancel_grace + CANCEL_WAIT_MARGIN
     client = _client(settings)
     return ops.emit(ops.command(args.command)(client, args), as_json=args.json)
 

@@ -86,6 +86,7 @@ class Config:
     embedded_dir: str = ".forkq"
     log_level: str = "info"
     job_timeout: float = 0.0
+    cancel_grace: float = 5.0
     liveness_timeout: float = 30.0
     max_memory_mb: int = 0
     max_jobs: int = 0
@@ -185,6 +186,10 @@ SETTINGS: tuple[Setting, ...] = (
             flags=("-L", "--log-level"), check=one_of(LOG_LEVELS), metavar="LEVEL"),
     Setting(name="job_timeout", kind=FLOAT, reload="master",
             doc="hard limit on one job's run time, seconds; 0 = none", check=at_least(0)),
+    Setting(name="cancel_grace", kind=FLOAT, reload="master",
+            doc="seconds a cancelled running job has to stop on its own (it sees "
+            "forkq.cancel_requested()) before its processor is killed; 0 = kill at once",
+            flags=("--cancel-grace",), check=at_least(0), metavar="SECONDS"),
     Setting(name="liveness_timeout", kind=FLOAT, reload="master",
             doc="cull a processor whose heartbeat is older, seconds", check=at_least(10)),
     Setting(name="max_memory_mb", kind=INT, reload="children",
