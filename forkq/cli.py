@@ -48,7 +48,7 @@ from forkq.wirejson import is_utf8
 
 OPERATOR = ("status", "quiet", "stop", "dump", "reload", "queues", "retries", "dead",
             "scheduled", "cancel", "job")
-COMMANDS = ("run", "demo", "bench", "version", "enqueue", "web", *OPERATOR)
+COMMANDS = ("run", "demo", "bench", "version", "enqueue", "web", "systemd-unit", *OPERATOR)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -138,6 +138,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_bench)
     version = commands.add_parser("version", help="print the version")
     version.set_defaults(func=_version)
+    _unit_parser(commands.add_parser("systemd-unit", help="print a systemd unit that runs this "
+                                     "installation's forkq (hardened, Type=notify)"))
     _operator_parsers(commands)
     return parser
 
@@ -229,6 +231,41 @@ def _enqueue_parser(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--force", action="store_true",
                      help="push even when the configured app (require) has no job NAME")
     sub.set_defaults(func=_enqueue)
+
+
+def _unit_parser(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--user", default="forkq", metavar="USER",
+                     help="the user (and group) the daemon runs as (default forkq)")
+    sub.add_argument("--config", default="", metavar="PATH",
+                     help="the config file ExecStart names (default /etc/forkq/forkq.yml; "
+                     "with --instance /etc/forkq/%%i.yml)")
+    sub.add_argument("--instance", action="store_true",
+                     help="the template forkq@.service: one daemon per instance name, which "
+                     "picks the config file and the tag")
+    sub.add_argument("--forkq", default=None, metavar="PATH",
+                     help="the forkq executable ExecStart runs (default: this "
+                     "installation's, next to the running Python)")
+    sub.set_defaults(func=_systemd_unit)
+
+
+def _systemd_unit(args: argparse.Namespace) -> int:
+    from forkq.ops import systemd_unit
+
+    for flag, value in (("--user", args.user), ("--config", args.config),
+                        ("--forkq", args.forkq or "/")):
+        problem = systemd_unit.unfit(flag, value, instance=args.instance)
+        if problem:
+            raise InputError(f"systemd-unit: {problem}")
+    unit = systemd_unit.UnitOptions(forkq=args.forkq or systemd_unit.this_forkq(),
+                                    user=args.user, config=args.config, instance=args.instance)
+    hidden = systemd_unit.hidden_at_home(unit.forkq)
+    if hidden:
+        print(f"forkq: note: {hidden} lives in a home folder, which the unit's "
+              "ProtectHome=yes hides (and User= may not read): the service would not start; "
+              "install forkq in a virtualenv outside /home and /root (e.g. /opt/forkq/venv "
+              "on the system's Python), or relax ProtectHome in a drop-in", file=sys.stderr)
+    sys.stdout.write(systemd_unit.render(unit))
+    return 0
 
 
 def _web_parser(sub: argparse.ArgumentParser) -> None:
