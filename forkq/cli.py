@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -215,6 +216,7 @@ def _set_parser(sub: argparse.ArgumentParser) -> None:
 
 
 def _enqueue_parser(sub: argparse.ArgumentParser) -> None:
+    config.add_setting_flags(sub, ("require",))
     sub.add_argument("name", metavar="NAME",
                      help="the job's registered name (or a Ruby class run by Sidekiq)")
     sub.add_argument("args", nargs="*", metavar="ARG",
@@ -347,21 +349,25 @@ def _enqueue(args: argparse.Namespace) -> int:
 
 
 def _job_defaults(settings: config.Config, name: str, *, force: bool) -> dict[str, Any]:
-    """The registered job's own payload options when the config has ``require`` (the app is
-    imported, as ``run`` does). A name the app does not register is refused
-    (:class:`UnknownJobError`, exit 65) unless ``force``; without ``require`` nothing can be
+    """The registered job's own payload options (its queue, retry, ...) when the app is known:
+    the config's ``require`` (``-C``, ``-r``, ``FORKQ_REQUIRE``), imported as ``run`` does, or
+    else the module a dotted NAME names (``myapp.tasks.ping``: ``myapp.tasks``, from the
+    current directory). A name the configured app does not register is refused
+    (:class:`UnknownJobError`, exit 65) unless ``force``; with no app known nothing can be
     checked, which stderr says. {} when there are no options to take."""
     from forkq.registry import REGISTRY
 
     if not settings.require:
-        print(f"forkq: note: no app configured (require), so nothing was checked: {name!r} "
-              "is pushed as given", file=sys.stderr)
-        return {}
+        spec, why = _spec_from_name(name)
+        if spec is None:
+            print(f"forkq: note: no app configured (require), so nothing was checked{why}: "
+                  f"{name!r} is pushed as given", file=sys.stderr)
+            return {}
+        return _options(spec)
     config.import_required(settings)
     spec = REGISTRY.find(name)
     if spec is not None:
-        return {**spec.options.payload_options(), "queue": spec.options.queue,
-                "retry": spec.options.retry}
+        return _options(spec)
     known = sorted(REGISTRY.names())
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
     hint = f"did you mean {close[0]!r}? " if close else ""
@@ -372,6 +378,32 @@ def _job_defaults(settings: config.Config, name: str, *, force: bool) -> dict[st
     print(f"forkq: note: {name!r} is not a job of this app ({_listed(known)}); {hint}pushed "
           "anyway (--force)", file=sys.stderr)
     return {}
+
+
+def _options(spec: Any) -> dict[str, Any]:
+    """What a registered job puts in its payloads (its queue and retry too)."""
+    return {**spec.options.payload_options(), "queue": spec.options.queue,
+            "retry": spec.options.retry}
+
+
+def _spec_from_name(name: str) -> tuple[Any, str]:
+    """The job NAME registers once the module its dotted name starts with is imported (the
+    name of a function job is ``<module>.<function>``), and why there is none ("" or a
+    reason for the note)."""
+    from forkq.registry import REGISTRY
+
+    module = name.rpartition(".")[0]
+    if not module:
+        return None, ""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        importlib.import_module(module)
+    # The boundary with user code: whatever its import raises only means "not checked".
+    except (Exception, SystemExit) as exc:  # noqa: BLE001
+        return None, f" (importing {module!r}: {type(exc).__name__}: {exc})"
+    spec = REGISTRY.find(name)
+    return spec, "" if spec is not None else f" ({module!r} registers no job {name!r})"
 
 
 def _listed(names: list[str], most: int = 8) -> str:

@@ -255,10 +255,16 @@ CONNECTION_SETTINGS = ("config_file", "environment", "redis_url")
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:
     """Only the flags that say where Redis is (``-C``, ``-e``, ``--redis-url``): the operator's
     commands read the same file and variables as the daemon to find it."""
+    add_setting_flags(parser, CONNECTION_SETTINGS)
+
+
+def add_setting_flags(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
+    """The flags of the settings ``names``, as ``run`` has them."""
     for setting in SETTINGS:
-        if setting.name in CONNECTION_SETTINGS:
+        if setting.name in names:
             env = f" (env {setting.variable})" if setting.variable else ""
             parser.add_argument(*setting.flags, default=None, metavar=setting.metavar,
+                                action="append" if setting.repeat else "store",
                                 help=f"{setting.doc}{env}")
 
 
