@@ -10,7 +10,7 @@ scheduled / retry / dead sets, processes and totals of the server behind a clien
     for process in api.ProcessSet(r).live():
         print(process.identity, process.busy, process.concurrency)
     api.Stats.read(r).processed
-    api.cancel(r, jid)          # removed where it waits, or its processor stopped
+    api.cancel(r, jid)          # removed where it waits, or asked to stop (then killed)
     for place in api.find_job(r, jid).places:   # wherever it is; [] when nowhere
         print(place.kind, place.queue, place.at)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -48,7 +49,7 @@ from forkq.wirejson import is_utf8
 
 OPERATOR = ("status", "quiet", "stop", "dump", "reload", "queues", "retries", "dead",
             "scheduled", "cancel", "job")
-COMMANDS = ("run", "demo", "bench", "version", "enqueue", "web", *OPERATOR)
+COMMANDS = ("run", "demo", "bench", "version", "enqueue", "web", "systemd-unit", *OPERATOR)
 MOVED_BENCHES = {"--web": "bench/web_pages.py", "--scheduled": "bench/scheduled.py",
                  "--split": "bench/split.py", "--backlog": "bench/backlog.py"}
 
@@ -129,6 +130,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_bench)
     version = commands.add_parser("version", help="print the version")
     version.set_defaults(func=_version)
+    _unit_parser(commands.add_parser("systemd-unit", help="print a systemd unit that runs this "
+                                     "installation's forkq (hardened, Type=notify)"))
     _operator_parsers(commands)
     return parser
 
@@ -165,9 +168,15 @@ def _operator_parsers(commands: Any) -> None:
     cancel = commands.add_parser("cancel", parents=[common], help="cancel jobs: remove them "
                                  "where they wait, or stop the processor running them")
     cancel.add_argument("jids", nargs="*", metavar="JID")
-    cancel.add_argument("--wait", type=options.seconds_option, default=5.0, metavar="SECONDS",
-                        help="how long to wait for a running job to be stopped (default 5)")
+    cancel.add_argument("--wait", type=options.seconds_option, default=None, metavar="SECONDS",
+                        help="how long to wait for a running job to be stopped (default: "
+                        f"cancel_grace + {CANCEL_WAIT_MARGIN:g})")
     cancel.set_defaults(func=_operator)
+
+
+CANCEL_WAIT_MARGIN = 3.0
+"""Seconds ``forkq cancel`` waits beyond ``cancel_grace``: the master sees a request within
+a second, and kills a job that ignores it within a second of the grace's end."""
 
 
 SIGNAL_COMMANDS = {"quiet": "stop taking jobs", "stop": "finish or requeue their jobs, then exit",
@@ -198,6 +207,7 @@ def _set_parser(sub: argparse.ArgumentParser) -> None:
 
 
 def _enqueue_parser(sub: argparse.ArgumentParser) -> None:
+    config.add_setting_flags(sub, ("require",))
     sub.add_argument("name", metavar="NAME",
                      help="the job's registered name (or a Ruby class run by Sidekiq)")
     sub.add_argument("args", nargs="*", metavar="ARG",
@@ -214,6 +224,41 @@ def _enqueue_parser(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--force", action="store_true",
                      help="push even when the configured app (require) has no job NAME")
     sub.set_defaults(func=_enqueue)
+
+
+def _unit_parser(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--user", default="forkq", metavar="USER",
+                     help="the user (and group) the daemon runs as (default forkq)")
+    sub.add_argument("--config", default="", metavar="PATH",
+                     help="the config file ExecStart names (default /etc/forkq/forkq.yml; "
+                     "with --instance /etc/forkq/%%i.yml)")
+    sub.add_argument("--instance", action="store_true",
+                     help="the template forkq@.service: one daemon per instance name, which "
+                     "picks the config file and the tag")
+    sub.add_argument("--forkq", default=None, metavar="PATH",
+                     help="the forkq executable ExecStart runs (default: this "
+                     "installation's, next to the running Python)")
+    sub.set_defaults(func=_systemd_unit)
+
+
+def _systemd_unit(args: argparse.Namespace) -> int:
+    from forkq.ops import systemd_unit
+
+    for flag, value in (("--user", args.user), ("--config", args.config),
+                        ("--forkq", args.forkq or "/")):
+        problem = systemd_unit.unfit(flag, value, instance=args.instance)
+        if problem:
+            raise InputError(f"systemd-unit: {problem}")
+    unit = systemd_unit.UnitOptions(forkq=args.forkq or systemd_unit.this_forkq(),
+                                    user=args.user, config=args.config, instance=args.instance)
+    hidden = systemd_unit.hidden_at_home(unit.forkq)
+    if hidden:
+        print(f"forkq: note: {hidden} lives in a home folder, which the unit's "
+              "ProtectHome=yes hides (and User= may not read): the service would not start; "
+              "install forkq in a virtualenv outside /home and /root (e.g. /opt/forkq/venv "
+              "on the system's Python), or relax ProtectHome in a drop-in", file=sys.stderr)
+    sys.stdout.write(systemd_unit.render(unit))
+    return 0
 
 
 def _web_parser(sub: argparse.ArgumentParser) -> None:
@@ -267,6 +312,8 @@ def _operator(args: argparse.Namespace) -> int:
 
     settings = config.load(args, os.environ)
     _check_utf8_arguments(args)
+    if args.command == "cancel" and args.wait is None:  # the daemons' grace, as configured
+        args.wait = settings.cancel_grace + CANCEL_WAIT_MARGIN
     client = _client(settings)
     return ops.emit(ops.command(args.command)(client, args), as_json=args.json)
 
@@ -293,21 +340,25 @@ def _enqueue(args: argparse.Namespace) -> int:
 
 
 def _job_defaults(settings: config.Config, name: str, *, force: bool) -> dict[str, Any]:
-    """The registered job's own payload options when the config has ``require`` (the app is
-    imported, as ``run`` does). A name the app does not register is refused
-    (:class:`UnknownJobError`, exit 65) unless ``force``; without ``require`` nothing can be
+    """The registered job's own payload options (its queue, retry, ...) when the app is known:
+    the config's ``require`` (``-C``, ``-r``, ``FORKQ_REQUIRE``), imported as ``run`` does, or
+    else the module a dotted NAME names (``myapp.tasks.ping``: ``myapp.tasks``, from the
+    current directory). A name the configured app does not register is refused
+    (:class:`UnknownJobError`, exit 65) unless ``force``; with no app known nothing can be
     checked, which stderr says. {} when there are no options to take."""
     from forkq.registry import REGISTRY
 
     if not settings.require:
-        print(f"forkq: note: no app configured (require), so nothing was checked: {name!r} "
-              "is pushed as given", file=sys.stderr)
-        return {}
+        spec, why = _spec_from_name(name)
+        if spec is None:
+            print(f"forkq: note: no app configured (require), so nothing was checked{why}: "
+                  f"{name!r} is pushed as given", file=sys.stderr)
+            return {}
+        return _options(spec)
     config.import_required(settings)
     spec = REGISTRY.find(name)
     if spec is not None:
-        return {**spec.options.payload_options(), "queue": spec.options.queue,
-                "retry": spec.options.retry}
+        return _options(spec)
     known = sorted(REGISTRY.names())
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
     hint = f"did you mean {close[0]!r}? " if close else ""
@@ -318,6 +369,32 @@ def _job_defaults(settings: config.Config, name: str, *, force: bool) -> dict[st
     print(f"forkq: note: {name!r} is not a job of this app ({_listed(known)}); {hint}pushed "
           "anyway (--force)", file=sys.stderr)
     return {}
+
+
+def _options(spec: Any) -> dict[str, Any]:
+    """What a registered job puts in its payloads (its queue and retry too)."""
+    return {**spec.options.payload_options(), "queue": spec.options.queue,
+            "retry": spec.options.retry}
+
+
+def _spec_from_name(name: str) -> tuple[Any, str]:
+    """The job NAME registers once the module its dotted name starts with is imported (the
+    name of a function job is ``<module>.<function>``), and why there is none ("" or a
+    reason for the note)."""
+    from forkq.registry import REGISTRY
+
+    module = name.rpartition(".")[0]
+    if not module:
+        return None, ""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        importlib.import_module(module)
+    # The boundary with user code: whatever its import raises only means "not checked".
+    except (Exception, SystemExit) as exc:  # noqa: BLE001
+        return None, f" (importing {module!r}: {type(exc).__name__}: {exc})"
+    spec = REGISTRY.find(name)
+    return spec, "" if spec is not None else f" ({module!r} registers no job {name!r})"
 
 
 def _listed(names: list[str], most: int = 8) -> str:

@@ -325,17 +325,22 @@ def _env_seconds(name: str) -> float:
 def cancel_requested(jid: str | None = None, *, client: Client | None = None) -> bool:
     """Whether cancelling job ``jid`` (default: the job running in this thread or task) was
     asked (``forkq cancel``, :func:`forkq.api.cancel`) and still stands: a long job may check
-    it between steps and stop early, by raising :class:`~forkq.errors.JobCancelledError`
-    (filed to ``dead``, never retried) or returning. One round trip. ValueError outside a
-    job when no ``jid`` is given."""
+    it between steps and stop early, cleaning up first. Once it has answered True inside the
+    job, the job is filed as cancelled (to ``dead`` with
+    :class:`~forkq.errors.JobCancelledError`, never retried) whether it then returns or
+    raises; a job that does not stop within the daemon's ``cancel_grace`` is killed. One
+    round trip. ValueError outside a job when no ``jid`` is given."""
+    context = current_job()
     if jid is None:
-        context = current_job()
         if context is None:
             raise ValueError("cancel_requested() outside a job needs the jid")
         jid = context.jid
     if _diversion is not None:
         return _diversion.cancel_requested(jid)
-    return (client or default()).redis.zscore(keys.CANCELS, jid) is not None
+    asked = (client or default()).redis.zscore(keys.CANCELS, jid) is not None
+    if asked and context is not None and context.jid == jid:
+        context.cancel_seen = True  # the daemon files the job as cancelled however it ends
+    return asked
 
 
 def result(jid: str, *, timeout: float | None = None, client: Client | None = None) -> Any:

@@ -86,6 +86,7 @@ class Config:
     embedded_dir: str = ".forkq"
     log_level: str = "info"
     job_timeout: float = 0.0
+    cancel_grace: float = 5.0
     liveness_timeout: float = 30.0
     max_memory_mb: int = 0
     max_jobs: int = 0
@@ -185,6 +186,10 @@ SETTINGS: tuple[Setting, ...] = (
             flags=("-L", "--log-level"), check=one_of(LOG_LEVELS), metavar="LEVEL"),
     Setting(name="job_timeout", kind=FLOAT, reload="master",
             doc="hard limit on one job's run time, seconds; 0 = none", check=at_least(0)),
+    Setting(name="cancel_grace", kind=FLOAT, reload="master",
+            doc="seconds a cancelled running job has to stop on its own (it sees "
+            "forkq.cancel_requested()) before its processor is killed; 0 = kill at once",
+            flags=("--cancel-grace",), check=at_least(0), metavar="SECONDS"),
     Setting(name="liveness_timeout", kind=FLOAT, reload="master",
             doc="cull a processor whose heartbeat is older, seconds", check=at_least(10)),
     Setting(name="max_memory_mb", kind=INT, reload="children",
@@ -250,10 +255,16 @@ CONNECTION_SETTINGS = ("config_file", "environment", "redis_url")
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:
     """Only the flags that say where Redis is (``-C``, ``-e``, ``--redis-url``): the operator's
     commands read the same file and variables as the daemon to find it."""
+    add_setting_flags(parser, CONNECTION_SETTINGS)
+
+
+def add_setting_flags(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
+    """The flags of the settings ``names``, as ``run`` has them."""
     for setting in SETTINGS:
-        if setting.name in CONNECTION_SETTINGS:
+        if setting.name in names:
             env = f" (env {setting.variable})" if setting.variable else ""
             parser.add_argument(*setting.flags, default=None, metavar=setting.metavar,
+                                action="append" if setting.repeat else "store",
                                 help=f"{setting.doc}{env}")
 
 

@@ -67,6 +67,9 @@ class JobContext:
     queue: str
     payload: payloads.Payload
     args: list[Any]
+    cancel_seen: bool = False
+    """Set when :func:`forkq.cancel_requested` told this job that its cancellation was
+    asked: whatever the job does next (returns, raises), it is filed as cancelled."""
 
 
 _CURRENT: ContextVar[JobContext | None] = ContextVar("forkq_current_job", default=None)

@@ -222,6 +222,24 @@ class Patient(Job, name="Patient"):
         _note("test:ran", jid=self.jid, pid=os.getpid())
 
 
+class Cooperative(Job, name="Cooperative"):
+    """Records its start, then looks at ``forkq.cancel_requested()`` every 20 ms (for at
+    most ``seconds``); once asked, records its clean-up under ``test:cleanup`` and ends as
+    ``how`` says: ``return`` or ``raise`` (a ValueError)."""
+
+    def perform(self, how: str, seconds: float = 60) -> None:
+        _note("test:started", jid=self.jid, pid=os.getpid())
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if forkq.cancel_requested():
+                _note("test:cleanup", jid=self.jid, pid=os.getpid())
+                if how == "raise":
+                    raise ValueError("stopped half-way")
+                return
+            time.sleep(0.02)
+        _note("test:ran", jid=self.jid, pid=os.getpid())
+
+
 class Gate(Job, name="Gate"):
     """Records its start, then blocks until a test pushes to ``test:gate:<marker>`` (at most
     ``timeout`` seconds), then records its completion."""

@@ -1,10 +1,14 @@
 """``forkq cancel`` and ``forkq.api.cancel``: a queued, scheduled or retrying job is removed;
-a running one is stopped within a second (its processor killed and replaced) and filed to
-``dead`` as ``forkq.JobCancelledError``, never retried; a job can see the request."""
+a running one sees the request (``forkq.cancel_requested()``) and may clean up and stop,
+else its processor is killed (and replaced) ``cancel_grace`` seconds later; either way it is
+filed to ``dead`` as ``forkq.JobCancelledError``, never retried, and never run again, even
+when its processor or its whole daemon dies during the grace."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +17,7 @@ import redis
 
 from forkq import api, keys
 from forkq.client import Client, cancel_requested
+from forkq.daemon.master.cancels import Asked, decide
 from forkq.daemon.master.effects import CANCEL_WATCH
 from forkq.embedded import EmbeddedServer
 
@@ -54,10 +59,10 @@ def test_an_unknown_jid_is_reported_not_found(r: redis.Redis, server: EmbeddedSe
     assert not r.exists(keys.CANCELS)
 
 
-def test_a_running_job_is_stopped_within_a_second_and_filed_dead_never_retried(
+def test_without_a_grace_a_running_job_is_stopped_within_a_second_and_filed_dead(
         r: redis.Redis, daemon: Any) -> None:
     jid = str(Client(r).push({"class": "Patient", "args": [60], "retry": 5}))
-    d = daemon("concurrency: 1\nrequire: jobs\nlog_level: info\n")
+    d = daemon("concurrency: 1\nrequire: jobs\nlog_level: info\ncancel_grace: 0\n")
     until(lambda: records(r, "test:started"), 15, lambda: d.log())
     [started] = records(r, "test:started")
     assert (started["asked"], started["current"]) == (False, jid)
@@ -85,10 +90,10 @@ def test_a_running_job_is_stopped_within_a_second_and_filed_dead_never_retried(
 def test_the_cli_waits_for_a_running_job_to_be_stopped(
         r: redis.Redis, daemon: Any, server: EmbeddedServer) -> None:
     jid = str(Client(r).push({"class": "Patient", "args": [60]}))
-    d = daemon("concurrency: 1\nrequire: jobs\n")
+    d = daemon("concurrency: 1\nrequire: jobs\ncancel_grace: 0\n")
     until(lambda: records(r, "test:started"), 15, lambda: d.log())
     out = _cancel_cli(server, jid)
-    assert f"{jid}: stopped (its processor was killed); filed to dead" in out
+    assert f"{jid}: stopped; filed to dead as cancelled" in out
     assert _dead(r, jid) is not None
 
 
@@ -98,7 +103,7 @@ def test_a_cancelled_coroutine_job_stops_and_its_lane_neighbours_run_again(
     client = Client(r)
     victim = str(client.push({"class": "Nap", "args": [60, str(out)]}))
     others = client.push_bulk({"class": "Nap", "args": [[2, str(out)]] * 4})
-    d = daemon("concurrency: 1\nasync_concurrency: 5\nrequire: jobs\n")
+    d = daemon("concurrency: 1\nasync_concurrency: 5\nrequire: jobs\ncancel_grace: 0\n")
     until(lambda: sum(1 for key in r.smembers(keys.INFLIGHT_REGISTRY) if r.llen(key)) == 5, 15,
           lambda: d.log())
     assert api.cancel(r, victim).outcome in ("stopping", "stopped")
@@ -136,7 +141,7 @@ def test_a_killed_cancel_watch_is_reopened_and_cancels_still_arrive_at_once(
     the master opens a new one, logs no outage, and a cancellation asked after that stops
     the running job within a second, as before."""
     jid = str(Client(r).push({"class": "Patient", "args": [60]}))
-    d = daemon("concurrency: 1\nrequire: jobs\nlog_level: info\n")
+    d = daemon("concurrency: 1\nrequire: jobs\nlog_level: info\ncancel_grace: 0\n")
     until(lambda: records(r, "test:started"), 15, lambda: d.log())
     [first] = named(r, CANCEL_WATCH)
     assert r.client_kill_filter(_id=first) == 1
@@ -149,3 +154,116 @@ def test_a_killed_cancel_watch_is_reopened_and_cancels_still_arrive_at_once(
     assert took <= 1.0, f"{took:.3f} s"
     log = d.log()
     assert "unavailable" not in log and "downtime" not in log and "Traceback" not in log, log
+
+
+# --- cooperative first, then by force -----------------------------------------------------
+
+
+def test_decide_asks_first_and_kills_only_once_the_grace_is_over() -> None:
+    first = decide({1: "a"}, {}, now=10.0, grace=5.0)
+    assert (first.asked, first.kill, first.ended) == ({1: "a"}, {}, {})
+    asked = {1: Asked("a", 10.0)}
+    assert decide({1: "a"}, asked, now=14.9, grace=5.0).kill == {}
+    assert decide({1: "a"}, asked, now=15.0, grace=5.0).kill == {1: "a"}
+    assert decide({1: "a"}, {}, now=10.0, grace=0.0).kill == {1: "a"}, "no grace: at once"
+    moved_on = decide({1: "b"}, asked, now=20.0, grace=5.0)  # a, then another cancelled job
+    assert (moved_on.asked, moved_on.kill, moved_on.ended) == ({1: "b"}, {}, {1: "a"})
+    assert decide({}, asked, now=11.0, grace=5.0).ended == {1: "a"}
+
+
+def _started(r: redis.Redis, jid: str) -> list[dict[str, Any]]:
+    return [row for row in records(r, "test:started") if row["jid"] == jid]
+
+
+def test_a_running_job_sees_its_cancellation_cleans_up_and_is_filed_cancelled_unkilled(
+        r: redis.Redis, daemon: Any, server: EmbeddedServer) -> None:
+    """``forkq cancel`` of jobs that look at ``cancel_requested()``: each runs its clean-up
+    and ends, by returning or by raising, and is filed to dead as cancelled by its own
+    processor: nothing is killed (the grace, 60 s, is far longer than the CLI waits)."""
+    client = Client(r)
+    returns = str(client.push({"class": "Cooperative", "args": ["return"], "retry": 5}))
+    raises = str(client.push({"class": "Cooperative", "args": ["raise"], "retry": 5}))
+    d = daemon("concurrency: 2\nrequire: jobs\nlog_level: info\ncancel_grace: 60\n")
+    until(lambda: _started(r, returns) and _started(r, raises), 15, lambda: d.log())
+    pids = {row["jid"]: row["pid"] for row in records(r, "test:started")}
+    out = _cancel_cli(server, returns, raises, "--wait", "30")
+    for jid in (returns, raises):
+        assert f"{jid}: stopped; filed to dead as cancelled" in out, out
+        entry = _dead(r, jid)
+        assert entry is not None and entry["error_class"] == "forkq.JobCancelledError"
+    assert [row["jid"] for row in records(r, "test:cleanup")] in ([returns, raises],
+                                                                  [raises, returns])
+    assert "and returned" in str(_dead(r, returns)["error_message"])  # type: ignore[index]
+    assert "and raised ValueError: stopped half-way" in str(
+        _dead(r, raises)["error_message"])  # type: ignore[index]
+    assert not r.exists(keys.CANCELS) and r.zcard("retry") == 0
+    assert records(r) == [], "neither went on to complete"
+    assert ") killed: " not in d.log(), d.log()
+    assert sorted(child.pid for child in d.children()) == sorted(pids.values()), (
+        "their processors live on")
+
+
+def test_a_job_that_ignores_its_cancellation_is_killed_after_the_grace(
+        r: redis.Redis, daemon: Any) -> None:
+    """A job that never looks runs on through ``cancel_grace`` (the daemon's own log
+    timestamps: asked, then killed no earlier than the grace later), then its processor is
+    killed and replaced, and the job filed to dead as cancelled."""
+    jid = str(Client(r).push({"class": "Patient", "args": [60]}))
+    d = daemon("concurrency: 1\nrequire: jobs\nlog_level: info\ncancel_grace: 2\n")
+    until(lambda: records(r, "test:started"), 15, lambda: d.log())
+    [started] = records(r, "test:started")
+    assert api.cancel(r, jid).outcome == "stopping"
+    until(lambda: _dead(r, jid), 15, lambda: d.log())
+    asked = d.logged_at(f"job {jid} was cancelled: processor-0")
+    killed = d.logged_at(f"killed: job {jid} was cancelled and did not stop within "
+                         "cancel_grace (2s)")
+    assert killed - asked >= 2.0, (killed - asked, d.log())
+    entry = _dead(r, jid)
+    assert entry is not None and entry["error_class"] == "forkq.JobCancelledError"
+    until(lambda: not r.exists(keys.CANCELS), 5, lambda: d.log())
+    [child] = d.wait_children(1)
+    assert child.pid != started["pid"], "its processor was replaced"
+
+
+def test_a_processor_killed_during_the_grace_leaves_its_job_cancelled_not_run_again(
+        r: redis.Redis, daemon: Any) -> None:
+    """Crash-proof: the processor dies (SIGKILL) while its job has its grace; the master's
+    settlement finds the request standing and files the job cancelled instead of
+    requeueing it."""
+    jid = str(Client(r).push({"class": "Patient", "args": [60]}))
+    d = daemon("concurrency: 1\nrequire: jobs\nlog_level: info\ncancel_grace: 60\n")
+    until(lambda: records(r, "test:started"), 15, lambda: d.log())
+    [started] = records(r, "test:started")
+    assert api.cancel(r, jid).outcome == "stopping"
+    until(lambda: f"job {jid} was cancelled: processor-0" in d.log(), 15, lambda: d.log())
+    os.kill(started["pid"], signal.SIGKILL)
+    until(lambda: _dead(r, jid), 15, lambda: d.log())
+    entry = _dead(r, jid)
+    assert entry is not None and entry["error_class"] == "forkq.JobCancelledError"
+    assert "its processor ended (killed by signal" in entry["error_message"], entry
+    assert not r.exists(keys.CANCELS) and not r.exists(keys.kills(jid))
+    after = Client(r).push({"class": "Record", "args": ["after"]})
+    until(lambda: [row["jid"] for row in records(r)] == [after], 15, lambda: d.log())
+    assert len(_started(r, jid)) == 1 and r.llen("queue:default") == 0, "never run again"
+
+
+def test_a_daemon_killed_during_the_grace_leaves_its_job_cancelled_after_a_restart(
+        r: redis.Redis, daemon: Any) -> None:
+    """Crash-proof: the whole daemon is SIGKILLed while the job has its grace; the restarted
+    daemon takes the job back (restart recovery, the same step as the leader's orphan sweep)
+    and, the request standing, files it cancelled: not requeued, not run again."""
+    jid = str(Client(r).push({"class": "Patient", "args": [60]}))
+    config = "concurrency: 1\nrequire: jobs\nlog_level: info\ncancel_grace: 60\n"
+    d = daemon(config)
+    until(lambda: records(r, "test:started"), 15, lambda: d.log())
+    assert api.cancel(r, jid).outcome == "stopping"
+    until(lambda: f"job {jid} was cancelled: processor-0" in d.log(), 15, lambda: d.log())
+    d.sigkill(everything=True)
+    again = daemon(config)
+    until(lambda: _dead(r, jid), 30, lambda: again.log())
+    entry = _dead(r, jid)
+    assert entry is not None and entry["error_class"] == "forkq.JobCancelledError"
+    assert not r.exists(keys.CANCELS)
+    after = Client(r).push({"class": "Record", "args": ["after"]})
+    until(lambda: [row["jid"] for row in records(r)] == [after], 15, lambda: again.log())
+    assert len(_started(r, jid)) == 1 and r.llen("queue:default") == 0, "never run again"

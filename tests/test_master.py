@@ -125,6 +125,7 @@ class FakeStore:
         self.records = 0
         self.on_record: Callable[[], None] = lambda: None  # runs inside write_record
         self.cancels: set[str] = set()  # jids whose cancellation is asked
+        self.withdrawn: list[str] = []  # requests the master withdrew
         self.lists: dict[str, list[bytes]] = {}  # in-flight key -> its elements
 
     def _check(self) -> None:
@@ -156,6 +157,13 @@ class FakeStore:
     def read_lists(self, inflight_keys: list[str]) -> dict[str, list[bytes]]:
         self._check()
         return {key: list(self.lists.get(key, [])) for key in inflight_keys}
+
+    def withdraw_cancel(self, jid: str) -> bool:
+        self._check()
+        stood = jid in self.cancels
+        self.cancels.discard(jid)
+        self.withdrawn.append(jid)
+        return stood
 
     def forget_children(self, pids: list[int]) -> None:
         self._check()
@@ -309,7 +317,7 @@ def test_a_dead_child_with_lanes_has_every_lane_s_list_settled(
 
 def test_a_child_running_a_cancelled_job_is_killed_and_its_job_settled_as_cancelled(
         master: Callable[..., Master]) -> None:
-    m = master()
+    m = master(config(cancel_grace=0.0))  # no grace: killed as soon as it is seen
     m.turn()
     first, second = m.boot_all()
     job = b'{"class":"X","args":[],"jid":"j1"}'
@@ -321,6 +329,44 @@ def test_a_child_running_a_cancelled_job_is_killed_and_its_job_settled_as_cancel
     gone = [g for g in m.store.settled if g.inflight_key == _key(m, first)][-1]
     assert (gone.cause, gone.timeout_jid) == ("cancel", "j1")
     assert len(m.children()) == 2, "replaced at once, without a backoff"
+
+
+def test_a_cancelled_job_has_cancel_grace_seconds_to_stop_before_its_child_is_killed(
+        master: Callable[..., Master], caplog: pytest.LogCaptureFixture) -> None:
+    m = master(config(cancel_grace=5.0))
+    m.turn()
+    first, second = m.boot_all()
+    m.store.lists[_key(m, first)] = [b"queue:default", b'{"class":"X","args":[],"jid":"j1"}']
+    m.store.cancels = {"j1"}
+    with caplog.at_level(logging.INFO):
+        m.turn()
+        asked = m.clock.monotonic()
+        assert "job j1 was cancelled: processor-" in caplog.text
+        m.run_until(lambda: first not in m.children(), 10)
+    assert m.clock.monotonic() - asked >= 5.0, "killed before its grace was over"
+    assert second in m.children()
+    gone = [g for g in m.store.settled if g.inflight_key == _key(m, first)][-1]
+    assert (gone.cause, gone.timeout_jid) == ("cancel", "j1")
+    assert m.store.withdrawn == [], "the kill's settlement withdraws it, with the filing"
+
+
+def test_a_cancelled_job_that_completes_within_its_grace_keeps_its_child_and_the_request_goes(
+        master: Callable[..., Master]) -> None:
+    m = master(config(cancel_grace=5.0))
+    m.turn()
+    first, _ = m.boot_all()
+    key = _key(m, first)
+    m.store.lists[key] = [b"queue:default", b'{"class":"X","args":[],"jid":"j1"}']
+    m.store.cancels = {"j1"}
+    m.clock.advance(1.5)
+    m.turn(2)
+    m.store.lists[key] = [b"queue:default"]  # it completed and was acknowledged
+    m.clock.advance(1.5)
+    m.turn(2)
+    assert m.store.withdrawn == ["j1"] and m.store.cancels == set()
+    m.clock.advance(10)
+    m.turn(2)
+    assert first in m.children(), "a job that ended is not killed for"
 
 
 def test_a_held_job_that_is_cancelled_does_not_kill_its_processor_before_it_starts(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import signal
@@ -142,6 +143,48 @@ def test_enqueue_without_an_app_says_nothing_was_checked(
     assert done.returncode == 0, done.stderr
     assert "no app configured (require), so nothing was checked: 'Anything'" in done.stderr
     assert r.llen("queue:default") == 1
+
+
+QUEUED_TASKS = """\
+from forkq import Job, job
+
+
+@job(queue="critical", retry=3)
+def ping(word):
+    pass
+
+
+class Hard(Job, name="Hard", queue="low"):
+    def perform(self):
+        pass
+"""
+
+
+@pytest.mark.process
+def test_enqueue_without_a_config_puts_a_job_on_its_own_queue(
+        server: EmbeddedServer, r: redis.Redis, tmp_path: Path) -> None:
+    """No ``-C``: the module a function job's dotted name names is imported (from the
+    current directory) for its options, ``-r`` names the app for any other name, and ``-q``
+    still wins."""
+    (tmp_path / "shop").mkdir()
+    (tmp_path / "shop" / "__init__.py").write_text("")
+    (tmp_path / "shop" / "tasks.py").write_text(QUEUED_TASKS)
+
+    def enqueue(*args: str) -> subprocess.CompletedProcess[str]:
+        done = run_forkq("enqueue", "--redis-url", server.url, *args, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    own = enqueue("shop.tasks.ping", "hi")
+    assert "to queue critical" in own.stdout and "note" not in own.stderr, own
+    by_require = enqueue("-r", "shop.tasks", "Hard")
+    assert "to queue low" in by_require.stdout and "note" not in by_require.stderr
+    overridden = enqueue("shop.tasks.ping", "there", "-q", "default")
+    assert "to queue default" in overridden.stdout
+    assert [json.loads(job)["retry"] for job in r.lrange("queue:critical", 0, -1)] == [3]
+    assert r.llen("queue:low") == 1 and r.llen("queue:default") == 1
+    unknown = enqueue("shop.tasks.pong")
+    assert "'shop.tasks' registers no job 'shop.tasks.pong'" in unknown.stderr
 
 
 # --- item 8: papercuts ----------------------------------------------------------------------

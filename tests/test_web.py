@@ -118,7 +118,8 @@ def test_busy_page_shows_processes_and_running_jobs_and_its_buttons_act(
     assert "leader" in row
     work = page.row("data-jid", gated)
     assert "Gate" in work and "g1" in work
-    # cancel the running job: its processor is killed, the job filed to dead
+    # cancel the running job: Gate ignores the request, so its processor is killed after
+    # cancel_grace (5 s) and the job filed to dead
     done = browser.post("/busy/cancel", {"jid": gated})
     assert done.status == 303
     until(lambda: any(json.loads(m).get("jid") == gated for m in r.zrange("dead", 0, -1)), 15,

@@ -14,7 +14,11 @@ unregistered and its job is
   it in the dead set with a :class:`~forkq.errors.JobKilledError` (the poison pill):
   ``its processor died 3 times while running it (last: <how>)``;
 - or, when it is no job (:class:`~forkq.errors.MalformedJobError`), buried at once with
-  its bytes kept, as a processor buries it.
+  its bytes kept, as a processor buries it;
+- or, when its cancellation was asked and stands (``forkq:cancels``: its holder died while
+  the job had its ``cancel_grace`` to stop), buried at once with a
+  :class:`~forkq.errors.JobCancelledError`, and the request withdrawn in the same step:
+  a cancelled job is never run again, whatever ended its holder.
 
 Counting and moving are one script, so a crash between them cannot count a death twice.
 """
@@ -32,7 +36,7 @@ from forkq import payload as payloads
 from forkq.connection import raw, text
 from forkq.daemon.children import blocking_wait, failures, fetch
 from forkq.daemon.progress import Done, digest
-from forkq.errors import JobError, JobKilledError
+from forkq.errors import JobCancelledError, JobError, JobKilledError
 from forkq.scripts import script
 
 log = logging.getLogger(__name__)
@@ -134,22 +138,35 @@ def give_back(client: redis.Redis, inflight_key: str, held: Held, *, count: bool
     the caller guarantees the holder is gone (reaped, or proven gone on this host). Raises
     :class:`FencedError` when the script changed nothing, and ``redis.ResponseError`` when it
     refused (a key of the wrong type; nothing changed)."""
-    mode, jid, entry = _decide(held, count=count, how=how, now=now)
+    withdraw = _cancelled(client, held)
+    mode, jid, entry = _decide(held, count=count, how=how, now=now, cancelled=bool(withdraw))
     result = script(client, "recover")(
         # without a token KEYS[4] is not read, but an empty key name would fail every ACL
         # key pattern: name a key the script declares anyway
         keys=[keys.LEADER, inflight_key, keys.INFLIGHT_REGISTRY, owner or keys.LEADER,
               keys.beats(owner),
-              keys.kills(jid), keys.DEAD],
+              keys.kills(jid), keys.DEAD, keys.CANCELS],
         args=[token or "", held.job or b"", mode, KILL_LIMIT, entry, keys.KILLS_TTL, repr(now),
-              repr(now - keys.DEAD_TIMEOUT), keys.DEAD_MAX_JOBS, held.length])
+              repr(now - keys.DEAD_TIMEOUT), keys.DEAD_MAX_JOBS, held.length, withdraw])
     if isinstance(result, int):
         raise FencedError(result)
     outcome, deaths = result
     return GivenBack(cast(Outcome, text(outcome)), held.job or b"", int(deaths))
 
 
-def _decide(held: Held, *, count: bool, how: str, now: float) -> tuple[Mode, str, str]:
+def _cancelled(client: redis.Redis, held: Held) -> str:
+    """The jid of the held job when its cancellation was asked and stands (it goes to the
+    dead set as cancelled, and the request is withdrawn), else "". A ``forkq:cancels`` of
+    another type reads as no request: the job is given back as any other."""
+    try:
+        jid = payloads.jid(payloads.decode(held.job)) if held.job is not None else ""
+        return jid if jid and client.zscore(keys.CANCELS, jid) is not None else ""
+    except (JobError, redis.ResponseError):
+        return ""
+
+
+def _decide(held: Held, *, count: bool, how: str, now: float, cancelled: bool = False,
+            ) -> tuple[Mode, str, str]:
     """recover.lua's mode, the job's kill-counter id and the dead-set entry ("" = drop)."""
     if held.job is None:
         return "requeue", "", ""  # nothing to requeue: the list is just deleted
@@ -158,6 +175,12 @@ def _decide(held: Held, *, count: bool, how: str, now: float) -> tuple[Mode, str
     except JobError as exc:
         log.error("queue %s: a dead process held %s; moved to the dead set", held.queue, exc)
         failure = failures.unrunnable(held.job, held.queue, exc, now)
+        return "bury", "", failure.payload if failure.mode == "dead" else ""
+    if cancelled:  # asked to stop while it ran: its holder's end is the job's
+        message = f"the job was cancelled while it ran, and its processor ended ({how})"
+        failures.record_error(payload, failures.error_class_name(JobCancelledError()),
+                              message, now)
+        failure = failures.bury(payload, now)
         return "bury", "", failure.payload if failure.mode == "dead" else ""
     if not count:
         return "requeue", "", ""

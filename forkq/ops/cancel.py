@@ -5,15 +5,18 @@
 order (:func:`forkq.ops.lookup.find_job`): ``schedule``, each queue, the processors'
 in-flight lists, ``retry``. A job found waiting is removed where it is (``ZREM`` / ``LREM``
 of its exact bytes) and the request withdrawn. A job found in an in-flight list is running
-(or held by a processor about to run it): the request stands, and the master of the daemon
-running it kills that processor within a second of the request
-(:mod:`forkq.daemon.master.cancels`; the processor is replaced at once) and files the job to
-``dead`` with ``forkq.JobCancelledError``: never retried. A job that moves while it is looked
-for (a queue → a processor) is found at its next place, and the standing request catches it
-there. A job in ``dead`` is left there; one found nowhere was done (or never existed) and the
-request is withdrawn.
-
-A job can also look at the request itself (:func:`forkq.cancel_requested`) and stop early.
+(or held by a processor about to run it): the request stands, and the job is stopped
+cooperatively, then by force (:mod:`forkq.daemon.master.cancels`): it sees the request at
+once (:func:`forkq.cancel_requested` turns True) and may clean up and return or raise; the
+master of the daemon running it kills its processor (replaced at once) if it still runs it
+``cancel_grace`` seconds (default 5) after the master first saw it running. Either way the job is
+filed to ``dead`` with ``forkq.JobCancelledError`` (never retried) and the request withdrawn
+in the same step; a processor that dies meanwhile, or a daemon, leaves a job that is filed
+the same way by whoever takes it back (:mod:`forkq.daemon.held_jobs`), never run again. A
+job that completes within the grace without looking is done; the request is then withdrawn.
+A job that moves while it is looked for (a queue → a processor) is found at its next place,
+and the standing request catches it there. A job in ``dead`` is left there; one found
+nowhere was done (or never existed) and the request is withdrawn.
 
 Cost: the look-up's (O(total jobs), searched on the server). A job a Sidekiq process runs
 cannot be stopped from here (it is reported not found); one completed but not yet
@@ -30,10 +33,11 @@ import redis
 
 from forkq import keys
 from forkq.ops.lookup import Place, find_job
+from forkq.ops.sorted_sets import DeadSet
 from forkq.printable import printable
 
 Outcome = Literal["unscheduled", "removed from retries", "dequeued", "stopping", "stopped",
-                  "dead", "not found"]
+                  "completed", "dead", "not found"]
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,10 @@ class Cancelled:
             "unscheduled": f"{self.jid}: removed from the scheduled jobs",
             "removed from retries": f"{self.jid}: removed from the retries",
             "dequeued": f"{self.jid}: removed from queue {self.where}",
-            "stopping": f"{self.jid}: running{where}; its processor is being stopped",
-            "stopped": f"{self.jid}: stopped (its processor was killed); filed to dead",
+            "stopping": f"{self.jid}: running{where}; asked to stop (killed after the "
+                        "daemon's cancel_grace if it goes on)",
+            "stopped": f"{self.jid}: stopped; filed to dead as cancelled",
+            "completed": f"{self.jid}: completed before it could be stopped",
             "dead": f"{self.jid}: already dead; left in the dead set",
             "not found": f"{self.jid}: not found (done, or no such job)",
         }[self.outcome]
@@ -73,10 +79,22 @@ def cancel(client: redis.Redis, jid: str, *, now: float | None = None) -> Cancel
         pipe.execute()
     result = _act(client, jid, find_job(client, jid).places)
     if result.outcome in ("dead", "not found") and client.zscore(keys.CANCELS, jid) is None:
-        return Cancelled(jid, "stopped")  # a master carried the request out during the look-up
+        return settled(client, jid)  # the request was carried out during the look-up
     if result.outcome != "stopping":
         withdraw(client, jid)
     return result
+
+
+def settled(client: redis.Redis, jid: str) -> Cancelled:
+    """What became of running job ``jid`` once its request was withdrawn: filed to ``dead``
+    as cancelled ("stopped"), or it completed within the grace without looking."""
+    entry = DeadSet(client).find_job(jid)
+    if entry is not None and entry.item.get("error_class") == CANCELLED:
+        return Cancelled(jid, "stopped")
+    return Cancelled(jid, "completed")
+
+
+CANCELLED = "forkq.JobCancelledError"
 
 
 def withdraw(client: redis.Redis, jid: str) -> None:

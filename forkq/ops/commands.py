@@ -322,14 +322,15 @@ def _act(jobs: JobSet, kind: str, action: str, jids: list[str], *, every: bool) 
 
 
 def cancel_jobs(client: redis.Redis, args: argparse.Namespace) -> Outcome:
-    """``forkq cancel JID...``: each job removed where it waits, or its processor stopped
-    (waiting up to ``--wait`` seconds to see it done); not found: exit 3."""
+    """``forkq cancel JID...``: each job removed where it waits, or a running one asked to
+    stop, then killed after ``cancel_grace`` (waiting up to ``--wait`` seconds to see it
+    done); not found: exit 66."""
     if not args.jids:
         return failed(EXIT_USAGE, "cancel: name one or more JID")
     results = [cancel.cancel(client, jid) for jid in args.jids]
     stopped = _wait_stopped(client, [r.jid for r in results if r.outcome == "stopping"],
                             args.wait)
-    results = [cancel.Cancelled(r.jid, "stopped") if r.jid in stopped else r for r in results]
+    results = [cancel.settled(client, r.jid) if r.jid in stopped else r for r in results]
     lines = [result.describe() for result in results]
     data = {result.jid: result.outcome for result in results}
     missing = [jid for jid, outcome in data.items() if outcome in ("not found", "dead")]

@@ -12,6 +12,8 @@
 -- ARGV[6]  dead set: entries kept at most (10000)
 -- KEYS[7]  forkq:unfiled, where a failure waits while KEYS[2] holds another type
 -- ARGV[7]  the job as fetched: nothing happens unless KEYS[1] still holds it
+-- KEYS[8]  forkq:cancels       ARGV[8]  a cancelled job's jid, whose request the filing
+--          carries out (removed from KEYS[8]), or "" for none
 --
 -- Returns the mode, "parked" when KEYS[2] holds another type than a sorted set (the
 -- failure goes to KEYS[7] as "<mode>|<job>" at the same score, for the leader to file once
@@ -44,6 +46,9 @@ end
 if mode == "dead" then
   redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", ARGV[5])
   redis.call("ZREMRANGEBYRANK", KEYS[2], 0, -(tonumber(ARGV[6]) + 1))
+end
+if ARGV[8] ~= "" then
+  try("ZREM", KEYS[8], ARGV[8])
 end
 for i = 3, 6 do
   try("INCR", KEYS[i])

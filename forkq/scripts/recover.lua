@@ -21,6 +21,8 @@
 -- ARGV[7]  now (the dead entry's score)   ARGV[8] trim dead entries scored at or below
 -- ARGV[9]  dead set size limit
 -- ARGV[10] the length of KEYS[2] the caller saw
+-- KEYS[8]  forkq:cancels       ARGV[11] the jid of a cancelled first job (mode "bury"),
+--          whose request is withdrawn with the burial, or ""
 --
 -- Never from a live owner: with a token, nothing happens while KEYS[4] or KEYS[5] exists
 -- (both expire 60 s after the owner's last heartbeat); without, the caller has proved
@@ -87,6 +89,9 @@ if job then
       redis.call("ZADD", KEYS[7], ARGV[7], ARGV[5])
       redis.call("ZREMRANGEBYSCORE", KEYS[7], "-inf", ARGV[8])
       redis.call("ZREMRANGEBYRANK", KEYS[7], 0, -(tonumber(ARGV[9]) + 1))
+    end
+    if ARGV[11] ~= "" then
+      try("ZREM", KEYS[8], ARGV[11])
     end
   end
   for i = #list - (#list % 2) - 1, 3, -2 do  -- held, not started: the last one first

@@ -12,7 +12,8 @@ may replace ``count**4`` (if it raises or returns something other than a number,
 queue becomes ``retry_queue`` when the payload has one. ``error_backtrace`` is
 ``base64(zlib(JSON(lines)))`` with Ruby's 60-column MIME lines.
 
-Keys: ``retry``, ``dead`` (trimmed to 10,000 entries / 180 days), ``stat:*``.
+Keys: ``retry``, ``dead`` (trimmed to 10,000 entries / 180 days), ``stat:*``, and
+``forkq:cancels`` (a cancelled job's request is withdrawn as it is filed).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import random
 import time
 import traceback
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from forkq import keys
@@ -49,6 +50,7 @@ class Failure:
     mode: Mode
     payload: str
     score: float
+    withdraw: str = ""  # a cancelled job's jid: its request (forkq:cancels) is carried out
 
 
 def backoff(count: int, rng: random.Random, base: float | None = None) -> float:
@@ -146,8 +148,8 @@ def plan(
     if limit is not None:
         lines = backtrace_lines(exc)
         payload["error_backtrace"] = compress_backtrace(lines if limit < 0 else lines[:limit])
-    if isinstance(exc, JobCancelledError):
-        return bury(payload, now)  # cancelled: never retried, whatever the job's options
+    if isinstance(exc, JobCancelledError):  # never retried, whatever the job's options
+        return replace(bury(payload, now), withdraw=payloads.jid(payload))
     if allowed is None:
         return Failure("drop", payloads.encode(payload), now)
     if count < allowed and not _window_closed(payload, now):
@@ -209,7 +211,8 @@ def bury(payload: payloads.Payload, now: float) -> Failure:
 def file(redis_client: Any, inflight_key: str, failure: Failure, *, held: bytes) -> bool:
     """Atomically release the in-flight job ``held`` and file ``failure`` (fail.lua): into
     its set, or into ``forkq:unfiled`` while that set holds another type (logged; the
-    leader files it later, :mod:`forkq.daemon.children.unfiled`).
+    leader files it later, :mod:`forkq.daemon.children.unfiled`); a cancelled job's request
+    is withdrawn in the same step.
 
     False (nothing filed) when the in-flight list no longer holds ``held``: the leader's
     orphan sweep requeued it while this process was cut off from Redis."""
@@ -225,6 +228,7 @@ def file(redis_client: Any, inflight_key: str, failure: Failure, *, held: bytes)
             keys.STAT_FAILED,
             keys.daily(keys.STAT_FAILED, date),
             keys.UNFILED,
+            keys.CANCELS,
         ],
         args=[
             failure.mode,
@@ -234,6 +238,7 @@ def file(redis_client: Any, inflight_key: str, failure: Failure, *, held: bytes)
             repr(failure.score - keys.DEAD_TIMEOUT),
             keys.DEAD_MAX_JOBS,
             held,
+            failure.withdraw,
         ],
     )
     if result == b"parked":

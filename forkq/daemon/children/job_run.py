@@ -27,11 +27,11 @@ from typing import Any
 
 import redis
 
+from forkq import keys, results
 from forkq import payload as payloads
-from forkq import results
 from forkq.daemon.children import coroutines, failures
 from forkq.daemon.children.fetch import Fetched
-from forkq.errors import JobError
+from forkq.errors import JobCancelledError, JobError
 from forkq.metrics.recorder import Recorder, job_class
 from forkq.middleware import JobContext, ServerChain, reset_current, set_current
 from forkq.registry import JobSpec, Registry
@@ -82,28 +82,67 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
     try:
         value = runs.middleware.run(context, lambda: coroutines.perform(
             lambda: spec.call(payload), runs.coroutine_runner, limit))
-    except BaseException as exc:  # the one boundary where any job failure lands
-        _count(runs, fetched.queue, payload, time.monotonic() - started, failed=True)
-        failure = failures.plan(payloads.decode(fetched.raw), exc, max_retries=runs.max_retries,
-                                rng=runs.rng, now=time.time(), retry_in=spec.options.retry_in,
-                                retry=spec.options.retry)
-        log.log(FAILURE_LEVELS[failure.mode], "%s jid=%s fail: %.3f sec: %s: %s -> %s",
-                context.name, context.jid, time.monotonic() - started,
-                failures.error_class_name(exc), failures.error_message(exc), failure.mode,
-                exc_info=exc)
-        if keep and failure.mode != "retry":
-            error = (failures.error_class_name(exc), failures.error_message(exc))
-            _keep(context, lambda: results.store_failure(runs.redis, context.jid, *error, keep))
-        return failure
+    except BaseException as exc:  # noqa: BLE001 - the one boundary where a job failure lands
+        return _failed(fetched, runs, context, spec=spec, exc=exc, started=started)
     finally:
         reset_current(token)
         show(None)
+    if context.cancel_seen:  # it returned after seeing its cancellation: cancelled
+        return _failed(fetched, runs, context, spec=spec, exc=None, started=started)
     elapsed = time.monotonic() - started
     _count(runs, fetched.queue, payload, elapsed, failed=False)
     log.info("%s jid=%s done: %.3f sec", context.name, context.jid, elapsed)
     if keep:
         _keep(context, lambda: results.store_value(runs.redis, context.jid, value, keep))
     return None
+
+
+def _failed(fetched: Fetched, runs: Runs, context: JobContext, *, spec: JobSpec,
+            exc: BaseException | None, started: float) -> failures.Failure:
+    """The failure to file for a job that raised ``exc``, or that returned (None) after it
+    saw its cancellation; logged, counted, and its result stored when it is final."""
+    elapsed = time.monotonic() - started
+    _count(runs, fetched.queue, context.payload, elapsed, failed=True)
+    cancelled = _cancelled(context, runs, exc)
+    error = cancelled or exc
+    assert error is not None  # exc is None only for a job that saw its cancellation
+    failure = failures.plan(payloads.decode(fetched.raw), error, max_retries=runs.max_retries,
+                            rng=runs.rng, now=time.time(), retry_in=spec.options.retry_in,
+                            retry=spec.options.retry)
+    level = logging.WARNING if cancelled else FAILURE_LEVELS[failure.mode]
+    trace = None if exc is None or isinstance(exc, JobCancelledError) else exc
+    log.log(level, "%s jid=%s fail: %.3f sec: %s: %s -> %s", context.name, context.jid,
+            elapsed, failures.error_class_name(error), failures.error_message(error),
+            failure.mode, exc_info=trace)
+    keep = results.ttl_of(context.payload)
+    if keep and failure.mode != "retry":
+        message = (failures.error_class_name(error), failures.error_message(error))
+        _keep(context, lambda: results.store_failure(runs.redis, context.jid, *message, keep))
+    return failure
+
+
+def _cancelled(context: JobContext, runs: Runs, exc: BaseException | None
+               ) -> JobCancelledError | None:
+    """The error a job is filed with when it ended while its cancellation stood: it saw the
+    request (:func:`forkq.cancel_requested`) and then returned or raised, or it failed while
+    the request stood (one round trip, on failures only: a job that completes without
+    looking is done, and the master withdraws the request). None otherwise."""
+    if isinstance(exc, JobCancelledError):
+        return exc
+    if not context.cancel_seen and (exc is None or not _standing(runs.redis, context.jid)):
+        return None
+    ended = "returned" if exc is None else (
+        f"raised {failures.error_class_name(exc)}: {failures.error_message(exc)}")
+    error = JobCancelledError(f"the job was cancelled while it ran, and {ended}")
+    return error.with_traceback(exc.__traceback__) if exc is not None else error
+
+
+def _standing(client: Any, jid: str) -> bool:
+    """Whether the request to cancel ``jid`` stands (a Redis error: as far as we know, no)."""
+    try:
+        return client.zscore(keys.CANCELS, jid) is not None
+    except redis.RedisError:
+        return False
 
 
 def _count(runs: Runs, queue: str, payload: payloads.Payload, seconds: float, *,

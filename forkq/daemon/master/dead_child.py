@@ -42,7 +42,6 @@ from typing import Literal
 
 import redis
 
-from forkq import keys
 from forkq import payload as payloads
 from forkq.daemon import held_jobs
 from forkq.daemon.children import failures
@@ -94,9 +93,8 @@ def settle(
     killed_for = _kill_failure(held, gone, registry, max_retries, rng, now)
     if killed_for is not None:
         failure, detail = killed_for
+        # a cancelled job's request is withdrawn by the same script (Failure.withdraw)
         failures.file(client, gone.inflight_key, failure, held=held.job or b"")
-        if gone.cause == "cancel":
-            client.zrem(keys.CANCELS, gone.timeout_jid)  # carried out
         behind = held_jobs.reread(client, gone.inflight_key)  # held, not started: back
         held_jobs.give_back(client, gone.inflight_key, behind, count=False, how=gone.how, now=now)
         return Settled(failure.mode, held.job or b"", detail)

@@ -104,6 +104,10 @@ class Store(Protocol):
     def read_lists(self, inflight_keys: list[str]) -> dict[str, list[bytes]]:
         """The elements of each in-flight list (a key of another type reads empty)."""
 
+    def withdraw_cancel(self, jid: str) -> bool:
+        """Forget the request to cancel ``jid`` (its job ended: nothing is left to do);
+        whether it still stood."""
+
 
 CANCEL_WATCH = "forkq-cancel-watch"
 """The name of a master's connection that watches ``forkq:cancels``."""
@@ -164,6 +168,9 @@ class RedisStore:
     def pending_cancels(self, now: float) -> set[str]:
         found: list[bytes] = self.client.zrangebyscore(keys.CANCELS, now, "+inf")  # type: ignore[assignment]
         return {text(jid) for jid in found}
+
+    def withdraw_cancel(self, jid: str) -> bool:
+        return bool(self.client.zrem(keys.CANCELS, jid))
 
     def read_lists(self, inflight_keys: list[str]) -> dict[str, list[bytes]]:
         with self.client.pipeline(transaction=False) as pipe:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forkq.config import Config
+from forkq.daemon.master.cancels import Asked
 from forkq.daemon.master.dead_child import Cause, Gone
 
 HARD_MEMORY_FACTOR = 1.5
@@ -36,6 +37,7 @@ class Child:
     killed: Gone | None = None  # set when the master SIGKILLs it, with the reason
     lanes: int = 0  # its lanes, each with an in-flight list (async_concurrency > 1)
     frozen: float = 0.0  # seconds its current job spent with the whole daemon stalled
+    cancel_asked: Asked | None = None  # the cancelled job it runs, asked to stop since when
 
 
 @dataclass(frozen=True)

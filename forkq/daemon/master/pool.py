@@ -46,7 +46,7 @@ from forkq.daemon.child_process import (
     respawn_delay,
 )
 from forkq.daemon.children.processor import Processor
-from forkq.daemon.master.cancels import Holder, to_stop
+from forkq.daemon.master.cancels import Asked, Holder, decide, to_stop
 from forkq.daemon.master.dead_child import Cause, Gone
 from forkq.daemon.master.effects import Clock, Store, SystemClock
 from forkq.daemon.master.health import Child, verdict
@@ -234,19 +234,41 @@ class Pool:
         self._processes.kill(child.pid, signal.SIGKILL)
 
     def stop_cancelled(self, pending: set[str]) -> None:
-        """Kill each child running a job whose cancellation is asked (``pending`` jids; see
-        :mod:`~forkq.daemon.master.cancels`); reading their in-flight lists may raise a
-        Redis error."""
+        """Ask, then kill, each child running a job whose cancellation is asked (``pending``
+        jids): the job sees the request at once and has ``cancel_grace`` seconds to stop on
+        its own before its child is killed (see :mod:`~forkq.daemon.master.cancels`);
+        reading the in-flight lists may raise a Redis error."""
         children = [child for child in self.children.values() if child.killed is None]
-        if not pending or not children:
+        if not pending:
+            for child in children:
+                child.cancel_asked = None  # every request was carried out or expired
+            return
+        if not children:
             return
         lists = {child.pid: self._gone(child, "cancel", "").each_list() for child in children}
         read = self._store.read_lists([gone.inflight_key for each in lists.values()
                                        for gone in each])
         holders = {pid: Holder([read[gone.inflight_key] for gone in each], self._done(pid))
                    for pid, each in lists.items()}
-        for pid, jid in to_stop(pending, holders).items():
-            self.kill(self.children[pid], "cancel", f"job {jid} was cancelled", jid=jid)
+        now, grace = self._clock.monotonic(), self.config.cancel_grace
+        asked = {child.pid: child.cancel_asked for child in children if child.cancel_asked}
+        decision = decide(to_stop(pending, holders), asked, now=now, grace=grace)
+        for pid, jid in decision.ended.items():
+            self.children[pid].cancel_asked = None
+            # filing a cancelled job withdraws its request; one still standing completed
+            if jid in pending and self._store.withdraw_cancel(jid):
+                log.info("job %s completed within its cancel grace; the request is withdrawn",
+                         jid)
+        for pid, jid in decision.asked.items():
+            child = self.children[pid]
+            child.cancel_asked = Asked(jid, now)
+            if pid not in decision.kill:
+                log.info("job %s was cancelled: processor-%d (pid %d) is asked to stop it "
+                         "(forkq.cancel_requested()); killed in %gs if it has not", jid,
+                         child.slot, pid, grace)
+        for pid, jid in decision.kill.items():
+            why = f" and did not stop within cancel_grace ({grace:g}s)" if grace else ""
+            self.kill(self.children[pid], "cancel", f"job {jid} was cancelled{why}", jid=jid)
 
     def _done(self, pid: int) -> Done:
         slot = self.children[pid].slot
