@@ -158,6 +158,12 @@ def test_every_shell_example_is_a_valid_command(command: Command,
         _parse_forkq(args, monkeypatch)
     elif name in ("python", "python3") and args[:1] == ["-m"]:
         assert importlib.util.find_spec(args[1]) is not None, f"no module {args[1]}"
+    elif name in ("python", "python3") and args[0].startswith("bench/"):
+        script = ROOT / args[0]
+        assert script.is_file(), f"no script {args[0]}"
+        source = script.read_text()
+        for flag in (word for word in args[1:] if word.startswith("-")):
+            assert f'"{flag}"' in source, f"{args[0]} declares no option {flag}"
     elif name == "pip":
         assert args[0] == "install"
         for extra in re.findall(r"^\.\[(\w+)\]$", args[-1]):
