@@ -1,9 +1,11 @@
 """Shared fixtures: a throwaway Redis server per session, and real daemons cleaned up by pid.
 
 Tiers (markers, given here by what a test uses, so none is forgotten): ``unit`` (no server,
-no subprocess), ``redis`` (the throwaway server), ``process`` (a real daemon or ``forkq``
-command as a subprocess), and on top ``slow`` (over ~20 s), ``bench`` (prints figures),
-``ruby`` (drives Debian's Sidekiq). ``pytest -m unit`` runs in seconds. Under
+no subprocess), ``redis`` (the throwaway server), ``process`` (runs a subprocess or forks: a
+real daemon, a ``forkq`` command, a server of its own, Ruby), and on top ``slow`` (over
+~20 s), ``bench`` (prints figures), ``ruby`` (drives Debian's Sidekiq, hence also
+``process``). A guard fails a ``unit`` or ``redis`` test that starts a process, naming the
+marker it needs. ``pytest -m unit`` runs in seconds. Under
 pytest-xdist every worker has its own session, hence its own server; slow tests are
 handed out first so none of them ends up alone at the tail.
 
@@ -32,6 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import croniter  # noqa: F401 - imported before the tier guard: its import runs `file` once
 import psutil
 import pytest
 import redis
@@ -48,7 +51,7 @@ ROOT = TESTS.parent
 BENCH = ROOT / "bench"
 sys.path.insert(0, str(BENCH))  # the benchmarks of a clone import each other by plain name
 PROCESS_FIXTURES = frozenset({"daemon", "ops", "hung_server", "password_server", "web_cli"})
-PROCESS_MODULES = frozenset({"test_cli", "test_operator_cli", "test_layout"})
+PROCESS_MODULES = frozenset({"test_cli", "test_operator_cli", "test_layout", "test_seat"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -58,13 +61,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
         if item.get_closest_marker("process"):
             continue
-        if fixtures & PROCESS_FIXTURES or module in PROCESS_MODULES:
+        if fixtures & PROCESS_FIXTURES or module in PROCESS_MODULES \
+                or item.get_closest_marker("ruby"):  # Ruby runs as a subprocess
             item.add_marker(pytest.mark.process)
         elif fixtures & {"r", "server"}:
             item.add_marker(pytest.mark.redis)
         else:
             item.add_marker(pytest.mark.unit)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: in order
+
+
+@pytest.fixture(autouse=True)
+def _no_process_below_its_tier(request: pytest.FixtureRequest,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep the tiers true: a test not marked ``process`` (a ``unit`` or ``redis`` one)
+    starts no subprocess (a server, a daemon, a command) and forks nothing; if it does, it
+    fails naming the marker it needs. The session's server is started before this guard
+    (a session fixture), so ``redis`` tests share it."""
+    if request.node.get_closest_marker("process"):
+        return
+    tier = "unit" if request.node.get_closest_marker("unit") else "redis"
+
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError(f"a {tier} test must not start a process: mark it "
+                             "@pytest.mark.process (tests/conftest.py)")
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
+    monkeypatch.setattr(os, "fork", refuse)
 
 
 def server_binary() -> str:

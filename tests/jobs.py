@@ -188,12 +188,14 @@ class Hold(Job, name="Hold"):
 
 
 class Nap(Job, name="Nap"):
-    """A coroutine job: awaits ``seconds``, then appends its jid to the file ``path``."""
+    """A coroutine job: awaits ``seconds``, then appends to the file ``path`` its jid, pid,
+    and the epoch times it began and ended."""
 
     async def perform(self, seconds: float, path: str) -> None:  # type: ignore[override]
+        began = time.time()
         await asyncio.sleep(seconds)
         with open(path, "a") as out:
-            out.write(f"{self.jid} {os.getpid()}\n")
+            out.write(f"{self.jid} {os.getpid()} {began!r} {time.time()!r}\n")
 
 
 @job(name="async_boom", retry=False)

@@ -141,6 +141,7 @@ def test_forkq_is_compiled_to_bytecode_current_with_each_source() -> None:
         assert int.from_bytes(header[8:12], "little") == int(source.stat().st_mtime), source
 
 
+@pytest.mark.process
 def test_the_floor_waiter_stamps_each_push_and_is_stopped_by_its_pid(
         server: EmbeddedServer, r: redis.Redis) -> None:
     waiter = bench_floor.FloorWaiter(server.url, r)
@@ -161,6 +162,7 @@ def test_the_floor_waiter_stamps_each_push_and_is_stopped_by_its_pid(
     assert r.llen(held) == 0
 
 
+@pytest.mark.process
 def test_latency_pushes_go_to_the_targets_in_turns_each_to_its_own_queue(
         server: EmbeddedServer, r: redis.Redis) -> None:
     """Two bare waiters, as a system and its floor: each gets only its own pushes."""
@@ -196,6 +198,7 @@ def test_each_target_is_pushed_to_first_in_turn() -> None:
     assert bench_phases.turns(5, 1) == [0]
 
 
+@pytest.mark.process
 def test_the_launch_floor_times_a_bare_process_taking_its_one_job(
         server: EmbeddedServer, r: redis.Redis) -> None:
     seconds = bench_floor.launch_floor(r, server.url)
@@ -205,6 +208,7 @@ def test_the_launch_floor_times_a_bare_process_taking_its_one_job(
                     bench_floor.LAUNCH_DONE) == 0
 
 
+@pytest.mark.process
 def test_a_bare_launch_that_cannot_take_its_job_is_a_clear_error(
         tmp_path: pathlib.Path, r: redis.Redis) -> None:
     """The bare process is pointed at a socket no server listens on: it ends at once (its

@@ -112,6 +112,7 @@ FIXED_TIMES = (1738742610.0, 1795650430.0)
 
 
 @pytest.mark.parametrize("at", [*FIXED_TIMES, None])
+@pytest.mark.ruby
 def test_sidekiqs_readers_find_what_forkq_wrote(r: redis.Redis, server: EmbeddedServer,
                                                 at: float | None) -> None:
     """One beat's writes, read back as Sidekiq 7.3 and 8.1 read them (their key formats fed
@@ -298,6 +299,7 @@ def test_beats_and_metrics_survive_a_script_flush(r: redis.Redis, daemon: Any) -
 
 
 @pytest.mark.bench
+@pytest.mark.process
 def test_bench_metrics_prints_its_figures_and_a_two_daemon_exposition(tmp_path: Any) -> None:
     done = run_bench("job_metrics.py", "--sample", timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr

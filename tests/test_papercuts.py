@@ -1,6 +1,6 @@
 """What a newcomer trips on: job names that drift with how the app was loaded, ``forkq
 enqueue`` of a name the app does not have, ``--version``, command typos, an unset
-``${REDIS_URL}`` under ``FORKQ_REDIS_URL``, the demo's Redis, ``bench --scheduled`` progress,
+``${REDIS_URL}`` under ``FORKQ_REDIS_URL``, the demo's Redis, ``bench/scheduled.py`` progress,
 and a daemon that runs without Linux-only calls (``os.pipe2``)."""
 
 from __future__ import annotations

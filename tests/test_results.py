@@ -68,7 +68,8 @@ def test_no_result_in_time_raises_and_a_job_without_result_ttl_stores_none(
     started = time.monotonic()
     with pytest.raises(forkq.ResultTimeoutError):
         forkq.result("never-pushed", timeout=0.3)
-    assert 0.3 <= time.monotonic() - started < 5
+    # at least its timeout; the upper bound only tells a timeout from a hang (or a unit mix-up)
+    assert 0.3 <= time.monotonic() - started < 30
     jid = default_client.push({"class": "Record", "args": [1]})
     d = daemon(APP)
     until(lambda: r.get("stat:processed") == b"1", 15, lambda: d.log())

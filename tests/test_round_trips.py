@@ -109,6 +109,7 @@ def test_close_closes_the_kept_connections_and_the_next_push_reconnects(
         client.redis.close()
 
 
+@pytest.mark.process
 def test_a_forked_child_uses_a_connection_of_its_own_and_leaves_the_parents(
         kept: KeptConnections) -> None:
     parent = kept.round_trip(CLIENT_ID)[0]
@@ -154,6 +155,7 @@ def test_a_connection_the_server_closed_while_idle_is_replaced_before_the_call(
     assert wait_for(lambda: named(r, name) == [after], 5)
 
 
+@pytest.mark.process
 def test_a_push_after_the_servers_idle_timeout_closed_the_connection_lands_once() -> None:
     with throwaway_server("fq-idle-") as srv:
         r = redis.Redis(unix_socket_path=srv.socket, protocol=2)

@@ -315,6 +315,7 @@ def test_bench_web_times_every_page_the_app_serves() -> None:
         assert any(candidate.regex.match(path) for path in timed), candidate.pattern
 
 
+@pytest.mark.process
 def test_every_set_page_and_action_works_as_the_documented_least_privilege_acl_user(
         tmp_path: Any) -> None:
     node = Node(tmp_path / "acl", ["--requirepass", PASSWORD])

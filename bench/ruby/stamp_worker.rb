@@ -1,4 +1,4 @@
-# The Ruby side of `forkq bench --scheduled N --sidekiq`: records when a scheduled job started.
+# The Ruby side of `python bench/scheduled.py --sidekiq`: records when a scheduled job started.
 require "sidekiq"
 
 Sidekiq.logger.level = Logger::WARN
