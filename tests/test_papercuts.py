@@ -25,6 +25,7 @@ from forkq import __version__, config
 from forkq.embedded import EmbeddedServer
 from forkq.errors import ConfigError
 from forkq.tools.driver import DaemonProcess
+from forkq.wording import counted
 
 from .conftest import ROOT, TESTS, Daemon, records, run_forkq, until
 
@@ -324,3 +325,24 @@ def test_the_daemon_runs_without_linux_only_calls(
     portable_daemon.signal(signal.SIGTERM)
     assert portable_daemon.wait(30) == 0, log.read_text()
     assert "pipe2" not in log.read_text() and "Traceback" not in log.read_text()
+
+
+# --- issue 34 item 7.4: "1 job", never "1 jobs" -------------------------------------------
+
+
+def test_counted_says_one_job_and_two_processes() -> None:
+    assert [counted(n, "job") for n in (0, 1, 2)] == ["0 jobs", "1 job", "2 jobs"]
+    assert counted(1, "process", "processes") == "1 process"
+    assert counted(3, "process", "processes") == "3 processes"
+
+
+@pytest.mark.process
+def test_the_cli_says_1_job(server: EmbeddedServer, r: redis.Redis) -> None:
+    r.lpush("queue:solo", json.dumps({"class": "Record", "args": [], "jid": "a" * 24}))
+    r.sadd("queues", "solo")
+    r.zadd("retry", {json.dumps({"class": "Record", "args": [], "jid": "b" * 24,
+                                 "queue": "default", "retry_count": 1}): 4102444800})
+    listed = run_forkq("retries", "--redis-url", server.url)
+    assert listed.returncode == 0 and listed.stdout.startswith("retries: 1 job\n"), listed
+    cleared = run_forkq("queues", "clear", "solo", "--redis-url", server.url)
+    assert cleared.stdout == "cleared queue solo: 1 job dropped\n", cleared

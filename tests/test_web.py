@@ -19,6 +19,8 @@ import redis
 
 from forkq import cron, keys
 from forkq.client import Client
+from forkq.config import Config
+from forkq.daemon.master import heartbeats
 from forkq.embedded import EmbeddedServer
 from forkq.errors import ConfigError
 from forkq.metrics import layout
@@ -156,8 +158,18 @@ def test_queues_page_and_its_actions(web: Any, r: redis.Redis) -> None:
     assert done.status == 303 and done.header("Location") == "/queues"
     assert not r.exists("queue:reports") and not r.sismember("queues", "reports")
     flashed = browser.get("/queues")
-    assert "cleared reports: 1 jobs dropped" in flashed.body
+    assert "cleared reports: 1 job dropped" in flashed.body
     assert "cleared reports" not in browser.get("/queues").body, "a flash shows once"
+
+
+def test_the_busy_page_says_1_process_and_1_processor_not_1_processes(
+        web: Any, r: redis.Redis) -> None:
+    identity = "host:1:0123abcd"
+    one = Config(concurrency=1)
+    heartbeats.beat(r, identity, info=heartbeats.process_info(one, identity, 1, time.time()),
+                    busy={}, quiet=False, rss_kb=1, concurrency=1)
+    heading = web().get("/busy").body.split("<h1>", 1)[1].split("</h1>", 1)[0]
+    assert "0 of 1 processor busy, 1 process<" in heading, heading
 
 
 def test_a_queue_page_pages_its_jobs_and_deletes_one_by_its_bytes(web: Any,

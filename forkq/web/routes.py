@@ -29,6 +29,8 @@ from urllib.parse import parse_qs, quote, urlencode
 import jinja2
 from markupsafe import Markup
 
+from forkq.wording import counted
+
 if TYPE_CHECKING:
     import redis
 
@@ -253,6 +255,7 @@ def _environment() -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True)
     env.filters.update(moment=_moment, duration=duration, utc=_utc, number=_number,
+                       counted=counted,
                        as_json=_as_json, short=_short, quote=lambda v: quote(str(v), safe=""))
     return env
 
