@@ -230,7 +230,8 @@ def test_periodic_page_lists_entries_and_enqueues_now(web: Any, r: redis.Redis) 
 def test_metrics_page_shows_classes_histogram_and_queue_series(web: Any, r: redis.Redis) -> None:
     now = time.time()
     r.hset(layout.jobs8(now), mapping={"Hard|p": 10, "Hard|f": 2, "Hard|ms": 4000,
-                                       "Easy|p": 5, "Easy|ms": 50})
+                                       "Easy|p": 5, "Easy|ms": 50, "Quick|p": 10,
+                                       "Quick|ms": 4})
     r.execute_command("BITFIELD", layout.histogram8("Hard", now), "INCRBY", "u16", "#3", 8)
     for minutes_ago, size in ((3, 5), (2, 9), (1, 4)):
         r.hset(layout.queue_samples(layout.minute_of(now - 60 * minutes_ago)),
@@ -239,7 +240,9 @@ def test_metrics_page_shows_classes_histogram_and_queue_series(web: Any, r: redi
     page = web().get("/metrics/jobs")
     assert page.status == 200 and 'id="page-metrics"' in page.body
     hard = page.row("data-class", "Hard")
-    assert '"executions">10<' in hard and '"failures">2<' in hard and "500.0 ms" in hard
+    assert '"executions">10<' in hard and '"failures">2<' in hard and ">500 ms<" in hard
+    quick = page.row("data-class", "Quick")  # 0.4 ms a run: not "0 ms", not "0.0 ms"
+    assert '"avg">0.4 ms<' in quick and '"total">4.0 ms<' in quick, quick
     assert page.body.index('data-class="Hard"') < page.body.index('data-class="Easy"')
     assert "8" in page.row("data-bucket", "<= 65 ms")
     assert 'id="queue-series" data-points="3"' in page.body

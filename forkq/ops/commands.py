@@ -52,7 +52,7 @@ from forkq.ops.records import SortedEntry
 from forkq.ops.sorted_sets import SETS, JobSet
 from forkq.ops.stats import Stats, describe_damage, holds
 from forkq.printable import json_text, printable
-from forkq.wording import counted
+from forkq.wording import counted, duration
 
 
 @dataclass
@@ -142,7 +142,7 @@ def _work_table(work: list[Work], now: float) -> str:
     return tables.table(
         ["IDENTITY", "PROCESSOR", "QUEUE", "CLASS", "JID", "RUNNING"],
         [[w.identity, w.thread, w.queue, w.payload.get("class"), w.payload.get("jid"),
-          tables.seconds(now - w.run_at)] for w in work])
+          duration(now - w.run_at)] for w in work])
 
 
 def _queue_rows(stats: Stats, paused: set[str]) -> list[dict[str, Any]]:
@@ -153,7 +153,7 @@ def _queue_rows(stats: Stats, paused: set[str]) -> list[dict[str, Any]]:
 
 def _queue_table(rows: list[dict[str, Any]]) -> str:
     return tables.table(["NAME", "SIZE", "LATENCY", "PAUSED"],
-                        [[q["name"], q["size"], tables.seconds(q["latency"]),
+                        [[q["name"], q["size"], duration(q["latency"]),
                           "paused" if q["paused"] else ""] for q in rows])
 
 

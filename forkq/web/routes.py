@@ -29,7 +29,7 @@ from urllib.parse import parse_qs, quote, urlencode
 import jinja2
 from markupsafe import Markup
 
-from forkq.wording import counted
+from forkq.wording import counted, duration
 
 if TYPE_CHECKING:
     import redis
@@ -206,24 +206,6 @@ def _moment(value: Any, now: float | None = None) -> str:
     delta = (time.time() if now is None else now) - value
     text = duration(abs(delta))
     return f"{text} ago" if delta >= 0 else f"in {text}"
-
-
-def duration(seconds: Any) -> str:
-    """Seconds → "850 ms" / "12.3 s" / "4m 05s" / "2h 03m" / "3d 04h"."""
-    if not isinstance(seconds, int | float) or not math.isfinite(seconds):
-        return ""
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h {minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d {hours:02d}h"
 
 
 def _utc(value: Any) -> str:
