@@ -124,6 +124,9 @@ def test_busy_page_shows_processes_and_running_jobs_and_its_buttons_act(
     # cancel_grace (5 s) and the job filed to dead
     done = browser.post("/busy/cancel", {"jid": gated})
     assert done.status == 303
+    flash = unescape(browser.get("/busy").body)  # names the job, not a Redis key
+    assert f"Gate {gated}: running; asked to stop" in flash, flash
+    assert "forkq:inflight" not in flash
     until(lambda: any(json.loads(m).get("jid") == gated for m in r.zrange("dead", 0, -1)), 15,
           lambda: d.log())
     # quiet the process: the remote signal is queued, the process goes quiet at its beat
