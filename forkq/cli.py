@@ -284,6 +284,8 @@ def _web(args: argparse.Namespace) -> int:
     from forkq.web import host_guard, security, server
 
     settings = config.load(args, os.environ)
+    logs.configure(settings.log_level)  # the daemon's line format (stderr; journald-aware)
+    logs.set_role("web")
     auth = security.Auth.from_environ(os.environ, admin_file=args.password_file,
                                       readonly_file=args.readonly_password_file)
     security.check_bind(args.bind, auth)

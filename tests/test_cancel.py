@@ -47,7 +47,7 @@ def test_a_queued_a_scheduled_and_a_retrying_job_are_removed_where_they_wait(
     r.zadd("retry", {json.dumps({"class": "Record", "args": [], "jid": retrying,
                                  "queue": "default", "retry_count": 1}): time.time() + 60})
     out = _cancel_cli(server, str(queued), str(scheduled), retrying)
-    assert f"{queued}: removed from queue low" in out
+    assert f"Record {queued}: removed from queue low" in out  # the job, by class and jid
     assert f"{scheduled}: removed from the scheduled jobs" in out
     assert f"{retrying}: removed from the retries" in out
     assert [json.loads(job)["jid"] for job in r.lrange("queue:low", 0, -1)] == [kept]

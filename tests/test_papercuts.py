@@ -22,9 +22,11 @@ import pytest
 import redis
 
 from forkq import __version__, config
+from forkq.client import Client
 from forkq.embedded import EmbeddedServer
 from forkq.errors import ConfigError
 from forkq.tools.driver import DaemonProcess
+from forkq.wording import counted, duration
 
 from .conftest import ROOT, TESTS, Daemon, records, run_bench, run_forkq, until
 
@@ -324,3 +326,50 @@ def test_the_daemon_runs_without_linux_only_calls(
     portable_daemon.signal(signal.SIGTERM)
     assert portable_daemon.wait(30) == 0, log.read_text()
     assert "pipe2" not in log.read_text() and "Traceback" not in log.read_text()
+
+
+# --- issue 34 item 7.4: "1 job", never "1 jobs" -------------------------------------------
+
+
+def test_counted_says_one_job_and_two_processes() -> None:
+    assert [counted(n, "job") for n in (0, 1, 2)] == ["0 jobs", "1 job", "2 jobs"]
+    assert counted(1, "process", "processes") == "1 process"
+    assert counted(3, "process", "processes") == "3 processes"
+
+
+@pytest.mark.process
+def test_the_cli_says_1_job(server: EmbeddedServer, r: redis.Redis) -> None:
+    r.lpush("queue:solo", json.dumps({"class": "Record", "args": [], "jid": "a" * 24}))
+    r.sadd("queues", "solo")
+    r.zadd("retry", {json.dumps({"class": "Record", "args": [], "jid": "b" * 24,
+                                 "queue": "default", "retry_count": 1}): 4102444800})
+    listed = run_forkq("retries", "--redis-url", server.url)
+    assert listed.returncode == 0 and listed.stdout.startswith("retries: 1 job\n"), listed
+    cleared = run_forkq("queues", "clear", "solo", "--redis-url", server.url)
+    assert cleared.stdout == "cleared queue solo: 1 job dropped\n", cleared
+
+
+# --- issue 34 item 7.5: a sub-millisecond job is not "0 ms" -------------------------------
+
+
+def test_duration_keeps_a_sub_millisecond_time_readable() -> None:
+    assert [duration(s) for s in (0, 0.00001, 0.0004, 0.0032, 0.25, 12.34, 75, 7500)] == [
+        "0 ms", "<0.1 ms", "0.4 ms", "3.2 ms", "250 ms", "12.3 s", "1m 15s", "2h 05m"]
+    assert duration(3 * 86400 + 3600) == "3d 01h"
+    assert duration(float("nan")) == "" and duration("x") == "" and duration(True) == ""
+
+
+def test_a_quick_job_s_log_line_shows_its_time_with_the_formatter(
+        daemon: Callable[..., Daemon], r: redis.Redis) -> None:
+    d = daemon("concurrency: 1\nrequire: jobs\n")
+    jid = Client(r).push({"class": "Record", "args": [1]})
+    until(lambda: f"jid={jid} done: " in d.log(), 15, d.log)
+    shown = d.log().split(f"jid={jid} done: ", 1)[1].splitlines()[0]
+    assert shown == duration(_parse_duration(shown)) and shown != "0 ms", shown
+    assert "sec" not in shown
+
+
+def _parse_duration(text: str) -> float:
+    """The seconds a duration like ``0.4 ms`` / ``<0.1 ms`` / ``1.2 s`` shows."""
+    number, unit = text.lstrip("<").split()
+    return float(number) / (1000 if unit == "ms" else 1) / (2 if text.startswith("<") else 1)

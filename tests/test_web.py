@@ -19,6 +19,8 @@ import redis
 
 from forkq import cron, keys
 from forkq.client import Client
+from forkq.config import Config
+from forkq.daemon.master import heartbeats
 from forkq.embedded import EmbeddedServer
 from forkq.errors import ConfigError
 from forkq.metrics import layout
@@ -122,6 +124,9 @@ def test_busy_page_shows_processes_and_running_jobs_and_its_buttons_act(
     # cancel_grace (5 s) and the job filed to dead
     done = browser.post("/busy/cancel", {"jid": gated})
     assert done.status == 303
+    flash = unescape(browser.get("/busy").body)  # names the job, not a Redis key
+    assert f"Gate {gated}: running; asked to stop" in flash, flash
+    assert "forkq:inflight" not in flash
     until(lambda: any(json.loads(m).get("jid") == gated for m in r.zrange("dead", 0, -1)), 15,
           lambda: d.log())
     # quiet the process: the remote signal is queued, the process goes quiet at its beat
@@ -156,8 +161,18 @@ def test_queues_page_and_its_actions(web: Any, r: redis.Redis) -> None:
     assert done.status == 303 and done.header("Location") == "/queues"
     assert not r.exists("queue:reports") and not r.sismember("queues", "reports")
     flashed = browser.get("/queues")
-    assert "cleared reports: 1 jobs dropped" in flashed.body
+    assert "cleared reports: 1 job dropped" in flashed.body
     assert "cleared reports" not in browser.get("/queues").body, "a flash shows once"
+
+
+def test_the_busy_page_says_1_process_and_1_processor_not_1_processes(
+        web: Any, r: redis.Redis) -> None:
+    identity = "host:1:0123abcd"
+    one = Config(concurrency=1)
+    heartbeats.beat(r, identity, info=heartbeats.process_info(one, identity, 1, time.time()),
+                    busy={}, quiet=False, rss_kb=1, concurrency=1)
+    heading = web().get("/busy").body.split("<h1>", 1)[1].split("</h1>", 1)[0]
+    assert "0 of 1 processor busy, 1 process<" in heading, heading
 
 
 def test_a_queue_page_pages_its_jobs_and_deletes_one_by_its_bytes(web: Any,
@@ -218,7 +233,8 @@ def test_periodic_page_lists_entries_and_enqueues_now(web: Any, r: redis.Redis) 
 def test_metrics_page_shows_classes_histogram_and_queue_series(web: Any, r: redis.Redis) -> None:
     now = time.time()
     r.hset(layout.jobs8(now), mapping={"Hard|p": 10, "Hard|f": 2, "Hard|ms": 4000,
-                                       "Easy|p": 5, "Easy|ms": 50})
+                                       "Easy|p": 5, "Easy|ms": 50, "Quick|p": 10,
+                                       "Quick|ms": 4})
     r.execute_command("BITFIELD", layout.histogram8("Hard", now), "INCRBY", "u16", "#3", 8)
     for minutes_ago, size in ((3, 5), (2, 9), (1, 4)):
         r.hset(layout.queue_samples(layout.minute_of(now - 60 * minutes_ago)),
@@ -227,7 +243,9 @@ def test_metrics_page_shows_classes_histogram_and_queue_series(web: Any, r: redi
     page = web().get("/metrics/jobs")
     assert page.status == 200 and 'id="page-metrics"' in page.body
     hard = page.row("data-class", "Hard")
-    assert '"executions">10<' in hard and '"failures">2<' in hard and "500.0 ms" in hard
+    assert '"executions">10<' in hard and '"failures">2<' in hard and ">500 ms<" in hard
+    quick = page.row("data-class", "Quick")  # 0.4 ms a run: not "0 ms", not "0.0 ms"
+    assert '"avg">0.4 ms<' in quick and '"total">4.0 ms<' in quick, quick
     assert page.body.index('data-class="Hard"') < page.body.index('data-class="Easy"')
     assert "8" in page.row("data-bucket", "<= 65 ms")
     assert 'id="queue-series" data-points="3"' in page.body

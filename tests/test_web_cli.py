@@ -5,6 +5,9 @@ entries of ``-C``, and stops cleanly on SIGTERM."""
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -52,6 +55,43 @@ def test_serves_on_loopback_and_stops_on_sigterm(web_cli: Any, r: redis.Redis) -
     assert r.sismember("forkq:paused", "mail")
     assert web.stop() == 0
     assert "SIGTERM: stopping" in web.log()
+
+
+STAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z pid=\d+ web INFO: ")
+
+
+def test_the_access_log_lines_carry_the_daemon_s_timestamp_pid_and_role(
+        web_cli: Any, tmp_path: Path) -> None:
+    """Each request's line, and the start and stop lines, look like the daemon's own (a UTC
+    timestamp, pid, role, level); under journald, which stamps lines itself, no timestamp."""
+    web = web_cli()
+    assert Browser(web.base).get("/queues").status == 200
+    assert web.stop() == 0
+    lines = web.log().splitlines()
+    access = [line for line in lines if '"GET /queues HTTP/1.1" 200' in line]
+    assert len(access) == 1 and STAMPED.match(access[0]), lines
+    assert access[0].split(" web INFO: ", 1)[1].startswith("127.0.0.1 "), access
+    for said in ("serving http://127.0.0.1:", "SIGTERM: stopping"):
+        [line] = [line for line in lines if said in line]
+        assert STAMPED.match(line), line
+    daemon_like = logs_format_sample(tmp_path)
+    assert re.match(STAMPED.pattern.replace(" web ", " master "), daemon_like), daemon_like
+
+    journald = web_cli(JOURNAL_STREAM="8:1234")
+    assert Browser(journald.base).get("/").status == 200
+    assert journald.stop() == 0
+    [line] = [line for line in journald.log().splitlines() if '"GET / HTTP/1.1" 200' in line]
+    assert re.match(r"^pid=\d+ web INFO: 127\.0\.0\.1 ", line), line
+
+
+def logs_format_sample(tmp_path: Path) -> str:
+    """One line as the daemon's log configuration writes it (role ``master``)."""
+    out = tmp_path / "sample.log"
+    code = ("from forkq.daemon import logs; import logging; logs.configure('info', "
+            f"{str(out)!r}); logging.getLogger('x').info('sample')")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return out.read_text().splitlines()[0]
 
 
 def test_refuses_a_non_loopback_bind_without_a_password(web_cli: Any) -> None:

@@ -22,6 +22,7 @@ from forkq import payload as payloads
 from forkq.connection import text
 from forkq.metrics import layout
 from forkq.metrics.report import skipped
+from forkq.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def listed_queues(client: redis.Redis, limit: int) -> list[str]:
     names = sorted(text(member) for member in members)
     if len(names) > limit:
         skipped(log, f"key {keys.QUEUES!r}",
-                f"{len(names)} queues listed; only the first {limit} read")
+                f"{counted(len(names), 'queue')} listed; only the first {limit} read")
     return names[:limit]
 
 

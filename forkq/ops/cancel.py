@@ -42,28 +42,30 @@ Outcome = Literal["unscheduled", "removed from retries", "dequeued", "stopping",
 
 @dataclass(frozen=True)
 class Cancelled:
-    """What :func:`cancel` did for one jid: ``where`` names the queue, set or in-flight list."""
+    """What :func:`cancel` did for one jid: ``where`` names the queue, set or in-flight list
+    (for programs; the operator's line names the job, ``job_class`` and jid, not keys)."""
 
     jid: str
     outcome: Outcome
     where: str = ""
+    job_class: str = ""  # as the job was found ("" when it was not)
 
     def describe(self) -> str:
         """One line for the operator (names escaped: :mod:`forkq.printable`)."""
         return printable(self._describe())
 
     def _describe(self) -> str:
-        where = f" ({self.where})" if self.where else ""
+        job = f"{self.job_class} {self.jid}" if self.job_class else self.jid
         return {
-            "unscheduled": f"{self.jid}: removed from the scheduled jobs",
-            "removed from retries": f"{self.jid}: removed from the retries",
-            "dequeued": f"{self.jid}: removed from queue {self.where}",
-            "stopping": f"{self.jid}: running{where}; asked to stop (killed after the "
-                        "daemon's cancel_grace if it goes on)",
-            "stopped": f"{self.jid}: stopped; filed to dead as cancelled",
-            "completed": f"{self.jid}: completed before it could be stopped",
-            "dead": f"{self.jid}: already dead; left in the dead set",
-            "not found": f"{self.jid}: not found (done, or no such job)",
+            "unscheduled": f"{job}: removed from the scheduled jobs",
+            "removed from retries": f"{job}: removed from the retries",
+            "dequeued": f"{job}: removed from queue {self.where}",
+            "stopping": f"{job}: running; asked to stop (killed after the daemon's "
+                        "cancel_grace if it goes on)",
+            "stopped": f"{job}: stopped; filed to dead as cancelled",
+            "completed": f"{job}: completed before it could be stopped",
+            "dead": f"{job}: already dead; left in the dead set",
+            "not found": f"{job}: not found (done, or no such job)",
         }[self.outcome]
 
 
@@ -90,7 +92,7 @@ def settled(client: redis.Redis, jid: str) -> Cancelled:
     as cancelled ("stopped"), or it completed within the grace without looking."""
     entry = DeadSet(client).find_job(jid)
     if entry is not None and entry.item.get("error_class") == CANCELLED:
-        return Cancelled(jid, "stopped")
+        return Cancelled(jid, "stopped", keys.DEAD, entry.klass)
     return Cancelled(jid, "completed")
 
 
@@ -105,17 +107,21 @@ def withdraw(client: redis.Redis, jid: str) -> None:
 def _act(client: redis.Redis, jid: str, places: list[Place]) -> Cancelled:
     """Remove the job from the first place it waits in (by the bytes it was read as: a job
     that left meanwhile is not removed), or find it in a forkq processor's hands."""
-    dead = False
+    dead: Place | None = None
     for place in places:
+        klass = place.job.klass
         if place.kind in _SETS and client.zrem(place.key, place.job.raw):
-            return Cancelled(jid, _SETS[place.kind], place.key)
+            return Cancelled(jid, _SETS[place.kind], place.key, klass)
         if place.kind == "queued" and client.lrem(place.key, 1, place.job.raw):  # type: ignore[arg-type]
-            return Cancelled(jid, "dequeued", place.queue)
+            return Cancelled(jid, "dequeued", place.queue, klass)
         if (place.key.startswith(keys.INFLIGHT_PREFIX) and place.state != "completed"
                 and place.kind in ("running", "in-flight")):
-            return Cancelled(jid, "stopping", place.key)
-        dead = dead or place.kind == "dead"
-    return Cancelled(jid, "dead" if dead else "not found")
+            return Cancelled(jid, "stopping", place.key, klass)
+        if place.kind == "dead":
+            dead = dead or place
+    if dead is not None:
+        return Cancelled(jid, "dead", keys.DEAD, dead.job.klass)
+    return Cancelled(jid, "not found")
 
 
 _SETS: dict[str, Outcome] = {"scheduled": "unscheduled", "retry": "removed from retries"}

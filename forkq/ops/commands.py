@@ -52,6 +52,7 @@ from forkq.ops.records import SortedEntry
 from forkq.ops.sorted_sets import SETS, JobSet
 from forkq.ops.stats import Stats, describe_damage, holds
 from forkq.printable import json_text, printable
+from forkq.wording import counted, duration
 
 
 @dataclass
@@ -141,7 +142,7 @@ def _work_table(work: list[Work], now: float) -> str:
     return tables.table(
         ["IDENTITY", "PROCESSOR", "QUEUE", "CLASS", "JID", "RUNNING"],
         [[w.identity, w.thread, w.queue, w.payload.get("class"), w.payload.get("jid"),
-          tables.seconds(now - w.run_at)] for w in work])
+          duration(now - w.run_at)] for w in work])
 
 
 def _queue_rows(stats: Stats, paused: set[str]) -> list[dict[str, Any]]:
@@ -152,7 +153,7 @@ def _queue_rows(stats: Stats, paused: set[str]) -> list[dict[str, Any]]:
 
 def _queue_table(rows: list[dict[str, Any]]) -> str:
     return tables.table(["NAME", "SIZE", "LATENCY", "PAUSED"],
-                        [[q["name"], q["size"], tables.seconds(q["latency"]),
+                        [[q["name"], q["size"], duration(q["latency"]),
                           "paused" if q["paused"] else ""] for q in rows])
 
 
@@ -226,7 +227,7 @@ def queues(client: redis.Redis, args: argparse.Namespace) -> Outcome:
     if args.action == "clear":
         dropped = queue.clear()
         return Outcome({"queue": queue.name, "cleared": dropped},
-                       f"cleared queue {queue.name}: {dropped} jobs dropped")
+                       f"cleared queue {queue.name}: {counted(dropped, 'job')} dropped")
     now = time.time()
     jobs = queue.next_jobs(args.limit or queue.size())
     return Outcome(
@@ -260,7 +261,7 @@ def job_set(kind: str) -> Command:
                 return failed(EXIT_USAGE, f"{kind} clear takes no JID and no --all")
             cleared = jobs.clear()
             return Outcome({"set": jobs.name, "cleared": cleared},
-                           f"cleared {kind}: {cleared} jobs dropped")
+                           f"cleared {kind}: {counted(cleared, 'job')} dropped")
         if args.action == "kill" and kind == "dead":
             return failed(EXIT_USAGE, "dead jobs cannot be killed again (use: forkq dead delete)")
         if bool(args.jids) == bool(args.all):
@@ -282,7 +283,7 @@ def _list_set(jobs: JobSet, kind: str, limit: int) -> Outcome:
     text = tables.table(["JID", "CLASS", "QUEUE", "ARGS", when, "RETRIES", "ERROR"], rows)
     shown = f" (the first {len(entries)}; --limit 0 lists all)" if len(entries) < size else ""
     return Outcome({"set": jobs.name, "size": size, "jobs": [e.summary() for e in entries]},
-                   f"{kind}: {size} jobs{shown}\n{text}")
+                   f"{kind}: {counted(size, 'job')}{shown}\n{text}")
 
 
 _PAST = {"retry": "enqueued", "delete": "deleted", "kill": "killed"}
@@ -337,7 +338,7 @@ def cancel_jobs(client: redis.Redis, args: argparse.Namespace) -> Outcome:
     running = [jid for jid, outcome in data.items() if outcome == "stopping"]
     code = EXIT_NOT_FOUND if missing else EXIT_FAILURE if running else EXIT_OK
     errors = [f"{jid}: still running after {args.wait:g}s; the request stands for "
-              f"{keys.CANCEL_TTL // 60} minutes" for jid in running]
+              f"{counted(keys.CANCEL_TTL // 60, 'minute')}" for jid in running]
     return Outcome({"cancelled": data}, "\n".join(lines), code, errors)
 
 

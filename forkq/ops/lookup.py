@@ -55,6 +55,7 @@ from forkq.ops.records import JobRecord, finite
 from forkq.ops.sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet, quoted_jid
 from forkq.printable import printable
 from forkq.scripts import script
+from forkq.wording import counted
 
 WINDOW = 1000  # list elements searched per call of search.lua
 
@@ -105,8 +106,8 @@ class Place:
         if self.kind == "scheduled":
             return f"scheduled, due {when}"
         if self.kind == "queued":
-            return (f"queued in {self.queue}, position {self.position} ({self.position} jobs "
-                    "run before it)")
+            return (f"queued in {self.queue}, position {self.position} "
+                    f"({counted(self.position or 0, 'job')} run before it)")
         if self.kind == "running":
             return f"running in {process}, processor {self.worker}, since {when}"
         if self.kind == "in-flight":

@@ -29,6 +29,7 @@ from forkq.connection import raw, text
 from forkq.errors import ForkqError, NotFoundError
 from forkq.ops.records import finite
 from forkq.printable import printable
+from forkq.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +221,8 @@ class ProcessSet:
             return matches[0]
         known = ", ".join(printable(p.identity) for p in processes) or "none"
         if matches:
-            raise NotFoundError(f"{wanted!r} matches {len(matches)} processes: "
+            found = counted(len(matches), "process", "processes")
+            raise NotFoundError(f"{wanted!r} matches {found}: "
                                 f"{', '.join(printable(p.identity) for p in matches)}")
         raise NotFoundError(f"no live process {wanted!r} (live: {known})")
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from forkq.printable import printable
+from forkq.wording import duration
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -24,21 +25,6 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def seconds(value: float) -> str:
-    """A duration: ``0.25s``, ``42s``, ``5m03s``, ``2h05m``, ``3d04h``."""
-    value = max(0.0, value)
-    if value < 10:
-        return f"{value:.2f}s"
-    whole = int(value)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
-
-
 def moment(epoch: float | None, now: float) -> str:
     """An epoch as local time with how far from ``now``: ``2026-11-21 10:04:05 (in 5m00s)``."""
     if epoch is None:
@@ -48,7 +34,7 @@ def moment(epoch: float | None, now: float) -> str:
     except (OverflowError, ValueError, OSError):  # beyond what the C library can show
         return repr(epoch)
     delta = epoch - now
-    relative = f"in {seconds(delta)}" if delta > 0 else f"{seconds(-delta)} ago"
+    relative = f"in {duration(delta)}" if delta > 0 else f"{duration(-delta)} ago"
     return f"{stamp} ({relative})"
 
 

@@ -29,6 +29,8 @@ from urllib.parse import parse_qs, quote, urlencode
 import jinja2
 from markupsafe import Markup
 
+from forkq.wording import counted, duration
+
 if TYPE_CHECKING:
     import redis
 
@@ -206,24 +208,6 @@ def _moment(value: Any, now: float | None = None) -> str:
     return f"{text} ago" if delta >= 0 else f"in {text}"
 
 
-def duration(seconds: Any) -> str:
-    """Seconds → "850 ms" / "12.3 s" / "4m 05s" / "2h 03m" / "3d 04h"."""
-    if not isinstance(seconds, int | float) or not math.isfinite(seconds):
-        return ""
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h {minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d {hours:02d}h"
-
-
 def _utc(value: Any) -> str:
     """Epoch seconds → ISO 8601 UTC (for a title attribute); "" when unknown."""
     if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
@@ -253,6 +237,7 @@ def _environment() -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True)
     env.filters.update(moment=_moment, duration=duration, utc=_utc, number=_number,
+                       counted=counted,
                        as_json=_as_json, short=_short, quote=lambda v: quote(str(v), safe=""))
     return env
 

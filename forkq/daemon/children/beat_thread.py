@@ -61,6 +61,7 @@ from forkq.errors import EXIT_ORPHANED
 from forkq.metrics import recorder
 from forkq.printable import printable
 from forkq.scripts import script
+from forkq.wording import duration
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +223,7 @@ class BeatThread:
         job = self.job
         doing = "idle" if job is None else (
             f"running {job['class']} jid={job['jid']} from queue {job['queue']} "
-            f"for {time.time() - job['started']:.1f}s")
+            f"for {duration(time.time() - job['started'])}")
         held = self.held_jids() if self.held_jids is not None else []
         if held:
             doing += f"; holding {len(held)} more, not started: {', '.join(held)}"

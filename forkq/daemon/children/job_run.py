@@ -35,6 +35,7 @@ from forkq.errors import JobCancelledError, JobError
 from forkq.metrics.recorder import Recorder, job_class
 from forkq.middleware import JobContext, ServerChain, reset_current, set_current
 from forkq.registry import JobSpec, Registry
+from forkq.wording import duration
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
         return _failed(fetched, runs, context, spec=spec, exc=None, started=started)
     elapsed = time.monotonic() - started
     _count(runs, fetched.queue, payload, elapsed, failed=False)
-    log.info("%s jid=%s done: %.3f sec", context.name, context.jid, elapsed)
+    log.info("%s jid=%s done: %s", context.name, context.jid, duration(elapsed))
     if keep:
         _keep(context, lambda: results.store_value(runs.redis, context.jid, value, keep))
     return None
@@ -111,8 +112,8 @@ def _failed(fetched: Fetched, runs: Runs, context: JobContext, *, spec: JobSpec,
                             retry=spec.options.retry)
     level = logging.WARNING if cancelled else FAILURE_LEVELS[failure.mode]
     trace = None if exc is None or isinstance(exc, JobCancelledError) else exc
-    log.log(level, "%s jid=%s fail: %.3f sec: %s: %s -> %s", context.name, context.jid,
-            elapsed, failures.error_class_name(error), failures.error_message(error),
+    log.log(level, "%s jid=%s fail: %s: %s: %s -> %s", context.name, context.jid,
+            duration(elapsed), failures.error_class_name(error), failures.error_message(error),
             failure.mode, exc_info=trace)
     keep = results.ttl_of(context.payload)
     if keep and failure.mode != "retry":

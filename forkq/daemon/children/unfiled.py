@@ -21,6 +21,7 @@ import redis
 from forkq import keys
 from forkq.daemon.refusal import Recurring
 from forkq.scripts import script
+from forkq.wording import counted
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -46,7 +47,7 @@ def refile(client: redis.Redis, *, now: float) -> int:
         done = _refused_is_none(target, partial(_move, client, member, target, job, score, now))
         moved += bool(done)
     if moved:
-        log.info("filed %d failures that waited in %r", moved, keys.UNFILED)
+        log.info("filed %s that waited in %r", counted(moved, "failure"), keys.UNFILED)
     return moved
 
 

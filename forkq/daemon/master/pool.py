@@ -57,6 +57,7 @@ from forkq.daemon.refusal import describe as describe_error
 from forkq.daemon.watch_token import WatchToken
 from forkq.middleware import ServerChain
 from forkq.registry import Registry
+from forkq.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -358,8 +359,8 @@ class Pool:
         log.error("processor-%d (pid %d) failed to boot (%d of %d): %s", child.slot, child.pid,
                   failures, BOOT_ATTEMPTS, reason)
         if failures >= BOOT_ATTEMPTS:
-            self.halt_reason = (f"processor-{child.slot} failed to boot {failures} times "
-                                f"in a row: {reason}")
+            self.halt_reason = (f"processor-{child.slot} failed to boot "
+                                f"{counted(failures, 'time')} in a row: {reason}")
 
     def _schedule_respawn(self, child: Child, code: int, now: float) -> None:
         cancelled = child.killed is not None and child.killed.cause == "cancel"

@@ -56,6 +56,7 @@ from forkq.errors import EXIT_CHILD_BOOT, EXIT_OK, ConfigError
 from forkq.middleware import ServerChain
 from forkq.redis_url import redact
 from forkq.registry import Registry
+from forkq.wording import counted
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -160,8 +161,8 @@ class Supervisor:
         self._info = self._process_info()
         self._check_credentials()
         self._reclaim()
-        log.info("forkq %s starting: identity %s, %d processors, queues %s%s",
-                 __version__, self.identity, self.config.concurrency,
+        log.info("forkq %s starting: identity %s, %s, queues %s%s",
+                 __version__, self.identity, counted(self.config.concurrency, "processor"),
                  _queues(self.config), " (strict)" if self.config.strict else "")
 
     def _connect(self) -> Store:
@@ -279,8 +280,8 @@ class Supervisor:
     def on_stop(self) -> None:
         """TERM / INT: graceful stop; the second one stops at once."""
         if self.stop_deadline is None:
-            log.info("Shutting down: waiting up to %.1fs for %d processors to finish",
-                     self.config.timeout, len(self.pool.children))
+            log.info("Shutting down: waiting up to %.1fs for %s to finish",
+                     self.config.timeout, counted(len(self.pool.children), "processor"))
             self._notify.stopping()
             self.stop_deadline = self._clock.monotonic() + self.config.timeout
             self.pool.retire()
@@ -298,8 +299,8 @@ class Supervisor:
         self.quiet = True
         self.scheduler.retire()
         count = self.pool.retire()
-        log.info("Received TSTP, no longer accepting new work: %d processors finish their "
-                 "current job and exit", count)
+        log.info("Received TSTP, no longer accepting new work: %s their current "
+                 "job and exit", counted(count, "processor finishes", "processors finish"))
         self._next_beat = 0.0
 
     def on_dump(self) -> None:
@@ -307,7 +308,8 @@ class Supervisor:
         for thread_id, frame in sys._current_frames().items():
             log.warning("TTIN: master thread %d\n%s", thread_id, logs.stack(frame),
                         extra=logs.MULTILINE)
-        log.warning("TTIN: asking %d processors for their stacks", len(self.pool.children))
+        log.warning("TTIN: asking %s for their stacks",
+                    counted(len(self.pool.children), "processor"))
         self.pool.signal_all(signal.SIGTTIN)
         self.scheduler.signal(signal.SIGTTIN)
 
@@ -362,7 +364,8 @@ class Supervisor:
             self.scheduler.retire()  # a new one starts with the new settings (or none)
         if reload.needs_new_children(diff):
             count = self.pool.retire()
-            log.info("reload: replacing %d processors after their current job", count)
+            log.info("reload: replacing %s after their current job",
+                     counted(count, "processor"))
         elif merged.concurrency < old.concurrency:
             self.pool.retire(range(merged.concurrency, old.concurrency))
 
@@ -475,7 +478,7 @@ class Supervisor:
             self.done = True
 
     def _kill_remaining(self) -> None:
-        log.warning("Terminating %d busy processors", len(self.pool.children))
+        log.warning("Terminating %s", counted(len(self.pool.children), "busy processor"))
         for child in list(self.pool.children.values()):
             self.pool.kill(child, "exit", "still running at the stop deadline")
             self.pool.reap_now(child)
@@ -500,7 +503,7 @@ class Supervisor:
         status = self._status_text()
         if not self._ready_sent and self.pool.all_booted():
             self._ready_sent = True
-            log.info("ready: %d processors fetching", self.config.concurrency)
+            log.info("ready: %s fetching", counted(self.config.concurrency, "processor"))
             self._notify.ready(status)
         elif status != self._status:
             self._notify.status(status)

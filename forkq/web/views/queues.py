@@ -26,6 +26,7 @@ from forkq.ops.queues import Queue
 from forkq.ops.records import JobRecord
 from forkq.web import damage
 from forkq.web.routes import Request, Response, paginate, redirect, render, route
+from forkq.wording import counted
 
 QUEUES_PER_PAGE = 200
 JOBS_PER_PAGE = 25
@@ -114,7 +115,8 @@ def clear(request: Request) -> Response:
     if found is None:
         return redirect(request, "/queues", flash="clear: no queue named")
     dropped = found.clear()
-    return redirect(request, "/queues", flash=f"cleared {found.name}: {dropped} jobs dropped")
+    return redirect(request, "/queues",
+                    flash=f"cleared {found.name}: {counted(dropped, 'job')} dropped")
 
 
 @route("POST", "/queues/delete")
