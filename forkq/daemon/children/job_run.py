@@ -92,7 +92,8 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
         return _failed(fetched, runs, context, spec=spec, exc=None, started=started)
     elapsed = time.monotonic() - started
     _count(runs, fetched.queue, payload, elapsed, failed=False)
-    log.info("%s jid=%s done: %s", context.name, context.jid, duration(elapsed))
+    if log.isEnabledFor(logging.INFO):  # the duration's wording costs a job more than its line
+        log.info("%s jid=%s done: %s", context.name, context.jid, duration(elapsed))
     if keep:
         _keep(context, lambda: results.store_value(runs.redis, context.jid, value, keep))
     return None
