@@ -19,6 +19,7 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
+from forkq import api
 from forkq.client import Client
 from forkq.embedded import EmbeddedServer
 from forkq.metrics import layout, prometheus, query, sampler, text_format
@@ -47,6 +48,11 @@ def _forkq_counts(r: redis.Redis) -> dict[tuple[str, str, str], int]:
         assert parsed is not None, raw_field
         found[parsed] = int(value)
     return found
+
+
+SIDEKIQ_KEYS = ("j|20[0-9][0-9][0-9][0-9][0-9][0-9]|*", "j|[0-9][0-9][0-9][0-9][0-9][0-9]|*:??",
+                "j|[0-9][0-9][0-9][0-9][0-9][0-9]|*:?")
+"""Patterns of Sidekiq 7's minute, Sidekiq 8's minute and Sidekiq 8's 10-minute j| hashes."""
 
 
 def _sums(r: redis.Redis, pattern: str) -> Counter[str]:
@@ -86,8 +92,7 @@ def test_a_daemon_writes_the_sidekiq_7_and_8_keys_and_forkq_counters(
         buckets = sum(v for (q, k, m), v in counts.items() if k == klass and m.startswith("b"))
         assert buckets == runs
         assert counts[("default", klass, "us")] >= 0
-    for pattern in ("j|20[0-9][0-9][0-9][0-9][0-9][0-9]|*", "j|[0-9][0-9][0-9][0-9][0-9][0-9]|*:??",
-                    "j|[0-9][0-9][0-9][0-9][0-9][0-9]|*:?"):
+    for pattern in SIDEKIQ_KEYS:
         sums = _sums(r, pattern)
         assert sums["Record|p"] == RUNS and sums["Record|f"] == 0, (pattern, sums)
         assert sums["Boom|p"] == FAILS == sums["Boom|f"], (pattern, sums)
@@ -178,6 +183,38 @@ def test_coroutine_jobs_run_in_lanes_are_counted(r: redis.Redis, daemon: Any) ->
                                 ("default", "async_boom", "p"): 2,
                                 ("default", "async_boom", "f"): 2}, 20,
           lambda: f"{counted()}\n{d.log()}")
+
+
+def test_cancelled_jobs_count_per_class_as_they_count_in_forkq_failed_total(
+        r: redis.Redis, daemon: Any) -> None:
+    """One job killed after its cancel grace, one that stops itself on seeing the
+    request: each is one failed run of its class in Sidekiq's j| metrics, in forkq's per
+    queue and class counters and in the exposition, as in ``stat:failed``, and once only."""
+    client = Client(r)
+    killed = str(client.push({"class": "Patient", "args": [60]}))
+    stopped = str(client.push({"class": "Cooperative", "args": ["return"]}))
+    d = daemon("concurrency: 2\nrequire: jobs\ncancel_grace: 1\n")
+    until(lambda: len(records(r, "test:started")) == 2, 15, d.log)
+    api.cancel(r, stopped)
+    api.cancel(r, killed)
+    until(lambda: r.zcard("dead") == 2, 15, d.log)
+    until(lambda: _forkq_counts(r).get(("default", "Cooperative", "f")) == 1, 15, d.log)
+    counts = _forkq_counts(r)
+    for klass in ("Patient", "Cooperative"):
+        assert (counts.get(("default", klass, "p")), counts.get(("default", klass, "f"))) == (
+            1, 1), (klass, counts)
+        assert sum(v for (_, k, m), v in counts.items() if k == klass and m.startswith("b")) == 1
+    for pattern in SIDEKIQ_KEYS:  # 7's minute, 8's minute, 8's ten minutes
+        sidekiq = _sums(r, pattern)
+        assert (sidekiq["Patient|p"], sidekiq["Patient|f"]) == (1, 1), (pattern, sidekiq)
+        assert (sidekiq["Cooperative|p"], sidekiq["Cooperative|f"]) == (1, 1), (pattern, sidekiq)
+    assert int(r.get("stat:failed") or 0) == 2
+    families = {f.name: f for f in text_string_to_metric_families(
+        prometheus.exposition(r).decode())}
+    failed = {sample.labels["job_class"]: sample.value
+              for sample in families["forkq_jobs_failed"].samples}
+    assert failed == {"Patient": 1.0, "Cooperative": 1.0}, failed
+    assert [sample.value for sample in families["forkq_failed"].samples] == [2.0]
 
 
 def test_hostile_metrics_keys_do_not_stop_the_beat_the_readers_or_the_exposition(

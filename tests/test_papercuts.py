@@ -373,3 +373,33 @@ def _parse_duration(text: str) -> float:
     """The seconds a duration like ``0.4 ms`` / ``<0.1 ms`` / ``1.2 s`` shows."""
     number, unit = text.lstrip("<").split()
     return float(number) / (1000 if unit == "ms" else 1) / (2 if text.startswith("<") else 1)
+
+
+# --- issue 34 item 7.8: a failed job's traceback starts in the application -----------------
+
+
+def _traceback_of(log: str, jid: str) -> list[str]:
+    """The lines after ``jid``'s failure line, up to the next log line."""
+    lines = log.splitlines()
+    start = next(i for i, line in enumerate(lines) if f"jid={jid} fail:" in line)
+    end = next((i for i in range(start + 1, len(lines))
+                if re.match(r"\d{4}-\d\d-\d\dT", lines[i])), len(lines))
+    return lines[start + 1:end]
+
+
+@pytest.mark.parametrize(("level", "forkq_frames"), [("info", False), ("debug", True)])
+def test_a_failed_job_s_traceback_hides_forkq_s_frames_unless_debugging(
+        daemon: Callable[..., Daemon], r: redis.Redis, level: str, forkq_frames: bool) -> None:
+    d = daemon(f"concurrency: 1\nrequire: jobs\nlog_level: {level}\n")
+    jid = Client(r).push({"class": "Boom", "args": ["traced"], "retry": 0})
+    until(lambda: f"jid={jid} fail:" in d.log() and "ValueError: traced" in d.log(), 15,
+          d.log)
+    trace = _traceback_of(d.log(), jid)
+    frames = [line for line in trace if line.startswith('  File "')]
+    own = [line for line in frames if f'"{ROOT / "forkq"}/' in line]
+    assert trace[0] == "Traceback (most recent call last):" and trace[-1] == "ValueError: traced"
+    assert re.search(r'tests/jobs\.py", line \d+, in perform$', frames[-1]), trace
+    if forkq_frames:
+        assert len(own) >= 5 and "forkq/daemon/children/job_run.py" in own[0], trace
+    else:
+        assert own == [] and len(frames) == 1, trace

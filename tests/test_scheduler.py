@@ -304,3 +304,40 @@ def test_hup_rejects_a_bad_periodic_entry_and_applies_a_good_one(
     jobs = [json.loads(x) for x in r.lrange("queue:ticks", 0, -1)]
     assert {job["periodic"] for job in jobs} == {"each-second"}
     assert len({job["periodic_at"] for job in jobs}) == len(jobs)
+
+
+# -- leadership is logged when it changes hands, by the scheduler that takes or gives it -------
+
+
+def _leadership_lines(log: str) -> list[str]:
+    return [line.split(": ", 1)[1] for line in log.splitlines()
+            if "scheduler leader" in line and ("INFO" in line or "WARNING" in line)]
+
+
+def test_leadership_is_logged_when_taken_and_handed_over_and_never_after(
+        r: redis.Redis, daemon: Start) -> None:
+    """Taking office is logged before the leader's first act (the move of a job that was due
+    at start), not at the master's next beat 5 s later; a reload that replaces the scheduler
+    logs the hand-over, then the new term; a stop ends with the hand-over, and nothing about
+    leadership comes after it."""
+    due = "d" * 24  # in the schedule already due (a push of a past time would enqueue it)
+    r.zadd("schedule", {json.dumps({"class": "Record", "args": ["due"], "jid": due,
+                                    "queue": "default", "retry": True}): time.time() - 60})
+    d = daemon(CLUSTER.replace("log_level: debug", "log_level: info"))
+    until(lambda: [row["jid"] for row in records(r)] == [due], 15, d.log)
+    took = d.logged_at("took office as the scheduler leader")
+    assert took <= d.logged_at(f"jid={due} start"), d.log()
+    identity = identity_of(r, d)  # a master beat after the term began: it saw the lease
+    until(lambda: float(r.hget(identity, "beat") or 0) > took, 15, d.log)
+    config = Path(d.config_file)
+    config.write_text(config.read_text().replace(f"leader_lease_ttl: {TTL}",
+                                                 f"leader_lease_ttl: {TTL + 1}"))
+    d.signal(signal.SIGHUP)
+    until(lambda: len(_leadership_lines(d.log())) == 3, 15, d.log)
+    d.signal(signal.SIGTERM)
+    assert d.process is not None and d.process.wait(timeout=30) == 0, d.log()
+    lines = _leadership_lines(d.log())
+    assert [line.split(" (", 1)[0] for line in lines] == [
+        "took office as the scheduler leader", "handed over the scheduler leadership",
+        "took office as the scheduler leader", "handed over the scheduler leadership"], lines
+    assert "this daemon is now" not in d.log() and "is no longer the scheduler" not in d.log()

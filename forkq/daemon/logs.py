@@ -14,6 +14,12 @@ lines of an exception group's members stay indented under it). A message logged 
 ``extra=MULTILINE`` (TTIN's stack dumps, whose data parts are escaped by the caller) keeps
 its newlines.
 
+A failed job's traceback (logged with ``extra=JOB_FAILURE``) leaves out forkq's own frames
+that lead to the job's code (the processor, the middleware chain, the runner: as pytest hides
+its own), so it begins in the application; frames of forkq that the application called (a
+``perform_async`` that failed) stay, and so does every frame when no application frame is
+in it. ``log_level: debug`` keeps every frame.
+
 Whatever a job does to its process's stderr (closes ``sys.stderr`` or fd 2), the daemon's
 lines go on: they are written to a copy of fd 2 made at :func:`configure`, and a line that
 cannot be written is dropped rather than raised into the code that logged.
@@ -46,11 +52,22 @@ class _RoleFilter(logging.Filter):
 MULTILINE: Mapping[str, object] = MappingProxyType({"multiline": True})
 """``extra=`` of a message whose newlines are its own (its data escaped by the caller)."""
 
+JOB_FAILURE: Mapping[str, object] = MappingProxyType({"job_failure": True})
+"""``extra=`` of a failed job's line: its traceback leaves out forkq's own frames."""
+
+_OWN = os.path.dirname(os.path.abspath(__file__)).rsplit(os.sep, 1)[0] + os.sep
+"""The forkq package's folder: frames of files in it are forkq's own."""
+_APPLICATION = (os.path.join(_OWN, "examples.py"),)
+"""Files of the package that are application code (the example jobs)."""
+
 _FRAMES = ("Traceback ", "  ", "\nThe above exception", "\nDuring handling")
 """How the chunks of a formatted traceback that are not an exception's message begin."""
 
 
 class _Formatter(logging.Formatter):
+    trim_job_frames = True  # False at log_level debug: every frame of a failed job
+    _trimming = False  # set while a failed job's record is formatted (under the handler lock)
+
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         return f"{stamp}.{int(record.msecs):03d}Z"
@@ -60,10 +77,12 @@ class _Formatter(logging.Formatter):
         logging caches a traceback's text on the record (``exc_text``) for whatever formats
         it next, so another handler's raw text is not used here, nor this one's there."""
         cached, record.exc_text = record.exc_text, None
+        self._trimming = self.trim_job_frames and bool(getattr(record, "job_failure", False))
         try:
             return super().format(record)
         finally:
             record.exc_text = cached
+            self._trimming = False
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802
         message = record.message
@@ -76,6 +95,8 @@ class _Formatter(logging.Formatter):
     def formatException(self, ei: Any) -> str:  # noqa: N802
         report = traceback.TracebackException(ei[0], ei[1], ei[2], compact=True)
         _escape_notes(report)
+        if self._trimming:
+            _each_report(report, _trim_own_frames)
         return "".join(map(_chunk, report.format())).rstrip("\n")
 
     def formatStack(self, stack_info: str) -> str:  # noqa: N802
@@ -86,6 +107,17 @@ def _escape_notes(report: traceback.TracebackException) -> None:
     """Escape the notes (``add_note``) of ``report`` and of every exception chained or grouped
     in it: a note's lines come as chunks of their own, which :func:`_chunk` cannot tell from
     a traceback's own lines."""
+    _each_report(report, _escape_own_notes)
+
+
+def _escape_own_notes(item: Any) -> None:
+    notes = getattr(item, "__notes__", None)
+    if isinstance(notes, list):
+        item.__notes__ = [printable(note) if isinstance(note, str) else note for note in notes]
+
+
+def _each_report(report: traceback.TracebackException, act: Any) -> None:
+    """``act`` on ``report`` and on every exception chained or grouped in it, once each."""
     pending: list[Any] = [report]
     seen: set[int] = set()
     while pending:
@@ -93,11 +125,23 @@ def _escape_notes(report: traceback.TracebackException) -> None:
         if item is None or id(item) in seen:
             continue
         seen.add(id(item))
-        notes = getattr(item, "__notes__", None)
-        if isinstance(notes, list):
-            item.__notes__ = [printable(note) if isinstance(note, str) else note
-                              for note in notes]
+        act(item)
         pending += [item.__cause__, item.__context__, *(getattr(item, "exceptions", None) or [])]
+
+
+def _trim_own_frames(item: Any) -> None:
+    """Leave out forkq's frames that come before the last frame of the application (none
+    when the traceback holds no application frame)."""
+    frames = list(item.stack)
+    last = max((i for i, frame in enumerate(frames) if not _own(frame.filename)), default=None)
+    if last is None:
+        return
+    kept = [frame for i, frame in enumerate(frames) if i > last or not _own(frame.filename)]
+    item.stack = traceback.StackSummary.from_list(kept)
+
+
+def _own(filename: str) -> bool:
+    return filename.startswith(_OWN) and not filename.startswith(_APPLICATION)
 
 
 def _chunk(text: str) -> str:
@@ -117,7 +161,9 @@ def configure(level: str = "info", path: str = "") -> None:
     journald = bool(os.environ.get("JOURNAL_STREAM")) and not path
     fmt = "pid=%(process)d %(role)s %(levelname)s: %(message)s"
     handler: logging.Handler = _file_handler(path) if path else _StderrHandler(_own_stderr())
-    handler.setFormatter(_Formatter(fmt if journald else "%(asctime)s " + fmt))
+    formatter = _Formatter(fmt if journald else "%(asctime)s " + fmt)
+    formatter.trim_job_frames = level.lower() != "debug"
+    handler.setFormatter(formatter)
     handler.addFilter(_RoleFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

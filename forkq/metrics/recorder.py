@@ -19,7 +19,10 @@ Written per beat (:mod:`forkq.metrics.layout` has the key names and Sidekiq's so
 
 The class is the payload's ``wrapped`` when it is a string, else its ``class`` (Sidekiq's
 ``hash["wrapped"] || hash["class"]``). The counts of a child that is SIGKILLed are lost with
-it (at most one beat, 2 s, of jobs); a child that exits writes its last ones on the way out.
+it (at most one beat, 2 s, of jobs), but for the run of the job the master killed it for (its
+timeout, its cancellation), which the master counts as a failed run
+(:mod:`forkq.daemon.master.dead_child`); a child that exits writes its last ones on the way
+out.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ Contract of :func:`run`: it returns None when the job completed, else the
 :class:`~forkq.daemon.children.failures.Failure` to file: a job that cannot run (malformed,
 unknown class) is buried; an exception of any kind from the middleware or the body
 (``BaseException``: the one boundary where a job's failure lands) goes through the retry
-policy; its line in the log is followed by its traceback (:data:`FAILURE_LEVELS`).
+policy; its line in the log is followed by its traceback (:data:`FAILURE_LEVELS`), from
+the application's first frame on (forkq's own frames before it are left out but at
+``log_level: debug``: :data:`~forkq.daemon.logs.JOB_FAILURE`).
 ``show`` is told the running job (the heartbeat's ``job`` entry) before the body
 runs and None after. Each run through the middleware is counted in ``Runs.metrics`` (its
 queue, class, time and outcome; no I/O), which the heartbeat writes to Redis; a job that
@@ -29,6 +31,7 @@ import redis
 
 from forkq import keys, results
 from forkq import payload as payloads
+from forkq.daemon import logs
 from forkq.daemon.children import coroutines, failures
 from forkq.daemon.children.fetch import Fetched
 from forkq.errors import JobCancelledError, JobError
@@ -115,7 +118,7 @@ def _failed(fetched: Fetched, runs: Runs, context: JobContext, *, spec: JobSpec,
     trace = None if exc is None or isinstance(exc, JobCancelledError) else exc
     log.log(level, "%s jid=%s fail: %s: %s: %s -> %s", context.name, context.jid,
             duration(elapsed), failures.error_class_name(error), failures.error_message(error),
-            failure.mode, exc_info=trace)
+            failure.mode, exc_info=trace, extra=logs.JOB_FAILURE)
     keep = results.ttl_of(context.payload)
     if keep and failure.mode != "retry":
         message = (failures.error_class_name(error), failures.error_message(error))

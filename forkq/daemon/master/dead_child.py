@@ -31,11 +31,18 @@ after a crash each one's death counts.
 Whatever the cause, a held job that is no job (:class:`~forkq.errors.MalformedJobError`)
 goes to the dead set with its bytes kept, as a processor buries it.
 
+A job killed for its timeout or its cancellation is also counted where its processor would
+have counted it (:mod:`forkq.metrics.recorder`: Sidekiq's per-class metrics and forkq's
+per queue and class, as one failed run lasting from its start to the kill), as ``fail.lua``
+counts it in ``stat:failed``: the metrics of a class agree with the totals. Best effort: a
+refused or lost write is logged, and the settlement stands.
+
 A Redis error propagates and changes nothing; the caller retries the whole settlement later.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -47,7 +54,10 @@ from forkq.daemon import held_jobs
 from forkq.daemon.children import failures
 from forkq.daemon.progress import Done
 from forkq.errors import JobCancelledError, JobTimeoutError, MalformedJobError
+from forkq.metrics.recorder import Recorder, check_replies, job_class, queue_writes
 from forkq.registry import Registry
+
+log = logging.getLogger(__name__)
 
 Cause = Literal["exit", "crash", "timeout", "cancel"]
 
@@ -61,6 +71,7 @@ class Gone:
     how: str  # "killed by signal SIGKILL", "exited with status 1", ...
     timeout_jid: str = ""  # the job it was killed for (cause "timeout" or "cancel")
     timeout: float = 0.0
+    started: float = 0.0  # epoch the job it was killed for started (its heartbeat's), or 0
     done: Done = held_jobs.NOTHING_DONE  # what it completed of a batch (its slot's Progress)
     lanes: tuple[str, ...] = ()  # the in-flight lists of its lanes (async_concurrency > 1)
 
@@ -97,6 +108,7 @@ def settle(
         failures.file(client, gone.inflight_key, failure, held=held.job or b"")
         behind = held_jobs.reread(client, gone.inflight_key)  # held, not started: back
         held_jobs.give_back(client, gone.inflight_key, behind, count=False, how=gone.how, now=now)
+        _count_killed(client, held, gone, now)
         return Settled(failure.mode, held.job or b"", detail)
     back = held_jobs.give_back(client, gone.inflight_key, held, count=gone.cause == "crash",
                                how=gone.how, now=now)
@@ -104,6 +116,23 @@ def settle(
         return None
     detail = f"{back.deaths} of {held_jobs.KILL_LIMIT} deaths" if back.deaths else ""
     return Settled(back.outcome, back.job, detail)
+
+
+def _count_killed(client: redis.Redis, held: held_jobs.Held, gone: Gone, now: float) -> None:
+    """Count the run of a job killed for its timeout or cancellation in the job metrics, as
+    its processor counts a failed run (its counts die with it)."""
+    metrics = Recorder()
+    seconds = max(now - gone.started, 0.0) if gone.started else 0.0
+    metrics.record(held.queue, job_class(payloads.decode(held.job or b"")), seconds,
+                   failed=True)
+    pipe = client.pipeline(transaction=False)
+    touched = queue_writes(pipe, metrics.drain(), now)
+    try:
+        replies = pipe.execute(raise_on_error=False)
+    except redis.RedisError as exc:
+        log.warning("the killed job's run was not counted in the job metrics: %s", exc)
+        return
+    check_replies(touched, replies)
 
 
 def _kill_failure(held: held_jobs.Held, gone: Gone, registry: Registry, max_retries: int,

@@ -232,6 +232,8 @@ class Pool:
             return
         log.warning("processor-%d (pid %d) killed: %s", child.slot, child.pid, reason)
         child.killed = self._gone(child, cause, reason, jid, timeout)
+        if child.job and child.job.get("jid") == jid:  # when the job began, for its metrics
+            child.killed = replace(child.killed, started=_epoch(child.job.get("started")))
         self._processes.kill(child.pid, signal.SIGKILL)
 
     def stop_cancelled(self, pending: set[str]) -> None:
@@ -401,3 +403,8 @@ class Pool:
     def pending(self) -> list[str]:
         """In-flight keys still to settle."""
         return [gone.inflight_key for gone in self._pending.values()]
+
+
+def _epoch(value: object) -> float:
+    """A heartbeat's ``started``, or 0 when it is no number."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0

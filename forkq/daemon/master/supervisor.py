@@ -433,12 +433,14 @@ class Supervisor:
             self._remote(wrote.signal)
 
     def _check_leader(self) -> None:
-        """Show in the process info (and log) whether this daemon's scheduler leads."""
+        """Show in the process info whether this daemon's scheduler leads. Not logged here:
+        the master only looks at each beat (5 s), so its line would come late, even after the
+        scheduler handed over; the scheduler child logs taking office, stepping down and
+        handing over as they happen (:mod:`forkq.daemon.children.scheduler`)."""
         leader = self.store.leads()
         if leader != self._leader:
             self._leader = leader
             self._info = self._process_info()
-            log.info("this daemon %s the scheduler leader", "is now" if leader else "is no longer")
 
     def _remote(self, name: str) -> None:
         if name not in REMOTE:
