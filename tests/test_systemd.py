@@ -474,7 +474,10 @@ class Sandboxed:
         self.config = self.state / "forkq.yml"
         self.config.write_text(f"concurrency: 2\nrequire: jobs\nredis_url: {server.url}\n")
         self.unit = generated("--config", str(self.config))
-        self.keep = [self.state, *(path.parent for path in reachable)]
+        # a checkout (and its venv) under /tmp, as a fresh clone made with mktemp is: where
+        # the installed unit's forkq would live, outside the private /tmp, it stays in view
+        installed = [path for path in {ROOT, Path(sys.prefix)} if path.is_relative_to("/tmp")]
+        self.keep = [self.state, *(path.parent for path in reachable), *installed]
 
     def start(self, command: list[str], output: Any) -> subprocess.Popen[bytes]:
         """``command`` in the sandbox, from the state folder (WorkingDirectory=)."""
