@@ -109,11 +109,12 @@ def families(unit: str) -> list[int]:
 
 
 def script(unit: str, *, keep: list[Path], state: Path, command: list[str],
-           expose: tuple[Path, ...] = ()) -> str:
+           expose: tuple[Path, ...] = (), installed: tuple[Path, ...] = ()) -> str:
     """The shell script that builds the sandbox in a fresh mount namespace and ``exec`` s
     ``command`` (``keep``: folders under /tmp the private /tmp must still show; ``state``:
     the writable state folder, one of them; ``expose``: folders under a home that must stay
-    readable, see :func:`interpreter_home`)."""
+    readable, see :func:`interpreter_home`; ``installed``: a forkq checkout under /tmp, shown
+    read-only as ``ProtectSystem=strict`` shows the real install)."""
     found = directives(unit)
     for key, value in (("PrivateTmp", "yes"), ("PrivateDevices", "yes"),
                        ("ProtectSystem", "strict"), ("ProtectHome", "yes"),
@@ -136,6 +137,10 @@ def script(unit: str, *, keep: list[Path], state: Path, command: list[str],
     for folder in keep:
         inside = new_tmp / folder.relative_to("/tmp")
         lines += [f"mkdir -p {q(str(inside))}", f"mount --bind {q(str(folder))} {q(str(inside))}"]
+    for folder in installed:
+        inside = q(str(new_tmp / folder.relative_to("/tmp")))
+        lines += [f"mkdir -p {inside}", f"mount --bind {q(str(folder))} {inside}",
+                  f"mount -o remount,bind,ro {inside}"]
     for number, path in enumerate(expose):  # held aside before the homes are covered
         held = new_tmp / ".expose" / str(number)
         lines += [f"mkdir -p {q(str(held))}", f"mount --bind {q(str(path))} {q(str(held))}"]

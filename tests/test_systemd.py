@@ -476,13 +476,16 @@ class Sandboxed:
         self.unit = generated("--config", str(self.config))
         # a checkout (and its venv) under /tmp, as a fresh clone made with mktemp is: where
         # the installed unit's forkq would live, outside the private /tmp, it stays in view
-        installed = [path for path in {ROOT, Path(sys.prefix)} if path.is_relative_to("/tmp")]
-        self.keep = [self.state, *(path.parent for path in reachable), *installed]
+        self.installed = tuple(path for path in {ROOT, Path(sys.prefix)}
+                               if path.is_relative_to("/tmp") and not path > ROOT)
+        for path in self.installed:  # mktemp's 0700: the unit's user (nobody) must reach it
+            os.chmod(path, os.stat(path).st_mode | 0o005)
+        self.keep = [self.state, *(path.parent for path in reachable)]
 
     def start(self, command: list[str], output: Any) -> subprocess.Popen[bytes]:
         """``command`` in the sandbox, from the state folder (WorkingDirectory=)."""
         script = sandbox.script(self.unit, keep=self.keep, state=self.state, command=command,
-                                expose=sandbox.interpreter_home())
+                                expose=sandbox.interpreter_home(), installed=self.installed)
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(self.state),
                "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}", "PYTHONUNBUFFERED": "1",
                "NOTIFY_SOCKET": self.receiver.notify_socket, "CHECKOUT": str(ROOT)}
@@ -512,7 +515,8 @@ def test_the_sandbox_rebuilt_from_the_generated_unit_holds(sandboxed: Sandboxed)
         "write /etc": "EROFS", "write the checkout": "EROFS", "write the state folder": "ok",
         "write /proc/sys": "EROFS", "list /root": "EACCES", "netlink socket": "EPERM",
         "tcp socket": "ok", "chroot": "EPERM",
-        "/tmp": sorted({path.relative_to("/tmp").parts[0] for path in sandboxed.keep})}, seen
+        "/tmp": sorted({path.relative_to("/tmp").parts[0]
+                        for path in (*sandboxed.keep, *sandboxed.installed)})}, seen
 
 
 @pytest.mark.process
