@@ -134,7 +134,8 @@ class RedisEffects:
         self._stopped = False
         self._watch = QueueWatch(self.redis, prefixes=QUEUE_WATCH)
         self._giveback = script(self.redis, "giveback")
-        if len(lane_keys) == 1:
+        self._one_lane = len(lane_keys) == 1  # the lane is the main thread: no lane pipe
+        if self._one_lane:
             self._wake_fd, self._wake_write = self._pipe.fd, -1
         else:
             self._wake_fd, self._wake_write = pipes.pipe(nonblocking=True)
@@ -173,12 +174,12 @@ class RedisEffects:
         if self._single is None and self._token.held():
             self._watch.pause()
             self._token.release()
-        if self._wake_write >= 0:  # another idle lane of this child looks for the next job
+        if not self._one_lane:  # another idle lane of this child looks for the next job
             self._stop_listening(lane)
 
     def _may_listen(self, lane: int) -> bool:
         """Whether ``lane`` is (or now becomes) the one lane of this child that listens."""
-        if self._wake_write < 0 or self._listening == lane:
+        if self._one_lane or self._listening == lane:
             return True
         if not self._listener.acquire(blocking=False):
             return False
@@ -195,7 +196,7 @@ class RedisEffects:
             self._idle_lanes.notify()
 
     def idle(self, lane: int) -> Fetched | None:
-        if self._wake_write < 0:
+        if self._one_lane:
             return self._listen(lane)
         if not self._may_listen(lane):
             with self._idle_lanes:
@@ -238,13 +239,9 @@ class RedisEffects:
             if time.monotonic() >= deadline:
                 return
 
-    @property
-    def lanes_share_the_pipe(self) -> bool:
-        return self._wake_write < 0
-
     def _woken(self) -> None:
         """The wake fd became readable: in a child of one lane, read the signals."""
-        if self.lanes_share_the_pipe:
+        if self._one_lane:
             self._told = self._told or self._stop_check.told(self._pipe.drain())
 
     def rest(self, seconds: float) -> None:
@@ -266,7 +263,7 @@ class RedisEffects:
 
     def wake_lanes(self) -> None:
         self._told = True
-        if not self.lanes_share_the_pipe:
+        if not self._one_lane:
             with contextlib.suppress(OSError):
                 os.write(self._wake_write, b"!")
             with self._idle_lanes:
