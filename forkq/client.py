@@ -11,7 +11,7 @@ An ``at`` or interval below 1,000,000,000 is relative to now, as Sidekiq. Each p
 is encoded once, just before sending (:func:`forkq.payload.encode_bytes`; a ``push_bulk``
 of immediate jobs without client middleware encodes their shared fields once,
 :func:`forkq.payload.encode_immediate`), and the commands go out in one write
-(:mod:`forkq.round_trips`), never resent.
+(:mod:`forkq.connection`), never resent.
 
 A push never hangs: a client that builds its own connection gives every reply
 ``timeout`` seconds and every connect ``connect_timeout`` seconds (5 and 5 by default;
@@ -34,10 +34,9 @@ import redis
 
 from forkq import keys
 from forkq import payload as payloads
-from forkq.connection import MasterLost, connect
+from forkq.connection import KeptConnections, MasterLost, connect, round_trip
 from forkq.errors import EnqueueError
 from forkq.middleware import CLIENT, ClientChain, current_job
-from forkq.round_trips import KeptConnections, round_trip
 
 _RELATIVE_LIMIT = 1_000_000_000
 
@@ -78,7 +77,7 @@ class Client:
     """Pushes jobs to one Redis. Safe to share between threads; not across a fork.
 
     A client built from a URL, or with :meth:`keeping`, keeps the connections its pushes
-    used, one per thread pushing at once (:class:`~forkq.round_trips.KeptConnections`); one
+    used, one per thread pushing at once (:class:`~forkq.connection.KeptConnections`); one
     given a ``redis_client`` checks a connection out of that client's pool for each push,
     since the application's pool may have a limit."""
 

@@ -196,6 +196,19 @@ def number_field(payload: Payload, name: str) -> float | None:
         return None
 
 
+MAX_RESULT_TTL = 10 * 365 * 24 * 3600
+"""Seconds a result is kept at most (a longer ``result_ttl`` is kept this long)."""
+
+
+def result_ttl(payload: Payload) -> int:
+    """The job's ``result_ttl`` in whole seconds (1 .. :data:`MAX_RESULT_TTL`), or 0 when it
+    wants none (absent, not a positive number: a field of the wrong type counts as absent)."""
+    value = number_field(payload, "result_ttl")
+    if value is None or not value > 0:
+        return 0
+    return max(1, round(min(value, MAX_RESULT_TTL)))
+
+
 def jid(payload: Payload) -> str:
     """The job id, or "" when the payload has no string ``jid``."""
     value = payload.get("jid")

@@ -23,19 +23,7 @@ from typing import Any
 import redis
 
 from forkq import keys
-from forkq import payload as payloads
 from forkq.errors import JobFailedError, ResultTimeoutError
-
-MAX_TTL = 10 * 365 * 24 * 3600  # a longer result_ttl is kept this long
-
-
-def ttl_of(payload: payloads.Payload) -> int:
-    """The job's ``result_ttl`` in whole seconds (1 .. :data:`MAX_TTL`), or 0 when it wants
-    none (absent, not a positive number: a field of the wrong type counts as absent)."""
-    value = payloads.number_field(payload, "result_ttl")
-    if value is None or not value > 0:
-        return 0
-    return max(1, round(min(value, MAX_TTL)))
 
 
 def store_value(client: Any, jid: str, value: Any, ttl: int) -> str | None:

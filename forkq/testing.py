@@ -50,7 +50,6 @@ from forkq import payload as payloads
 from forkq.errors import ForkqError, JobFailedError, ResultTimeoutError
 from forkq.middleware import SERVER, JobContext, ServerChain, running
 from forkq.registry import REGISTRY, Registry
-from forkq.results import ttl_of
 
 DRAIN_LIMIT = 10_000
 """How many jobs one :meth:`Fake.drain` runs before it decides that a job keeps
@@ -123,7 +122,7 @@ class Mode:
                              payload["args"])
         with running(context):
             value = self.middleware.run(context, lambda: _complete(spec.call(payload)))
-        if ttl_of(payload):
+        if payloads.result_ttl(payload):
             self.results[context.jid] = _kept(context.jid, value)
         return value
 

@@ -158,7 +158,7 @@ def test_a_stopped_processor_lets_every_lane_finish_its_job(
     assert (place.kind, place.pid) == ("running", d.pid)
     d.signal(signal.SIGTTIN)
     until(lambda: d.log().count("TTIN: lane ") == 10, 5, lambda: d.log())
-    assert "in perform" in d.log(), "each lane's stack is dumped"
+    assert "in _perform" in d.log(), "each lane's stack is dumped"
     d.signal(signal.SIGTERM)
     assert d.process is not None and d.process.wait(timeout=20) == 0, d.log()
     assert sorted(_done(out)) == sorted(jids), "each lane finished its job"

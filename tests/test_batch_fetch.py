@@ -23,7 +23,7 @@ from forkq import keys
 from forkq.client import Client
 from forkq.daemon import held_jobs
 from forkq.daemon.children import fetch
-from forkq.daemon.progress import Done
+from forkq.daemon.children.fetch import Done
 from forkq.scripts import script
 
 from .conftest import records, until

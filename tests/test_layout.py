@@ -25,7 +25,7 @@ def _loaded_after(statement: str) -> set[str]:
 
 CLIENT_SIDE = {f"forkq{name}" for name in (
     "", ".client", ".connection", ".errors", ".hooks", ".keys", ".middleware", ".payload",
-    ".redis_url", ".registry", ".round_trips", ".wirejson")}
+    ".redis_url", ".registry", ".wirejson")}
 
 
 def _forkq(modules: set[str]) -> set[str]:
@@ -39,8 +39,7 @@ def test_import_forkq_loads_only_the_client_side() -> None:
     assert not inside & {"forkq.config", "forkq.cron", "forkq.cli", "forkq.embedded"}
     assert not loaded & set(DAEMON_ONLY), "a web process must not load the daemon's libraries"
     # an explicit list rather than a count: a new module here is a decision (redis_url.py:
-    # the client must read Sentinel and TLS URLs too; round_trips.py: a push's one write,
-    # on the connections a client keeps)
+    # the client must read Sentinel and TLS URLs too)
     assert inside <= CLIENT_SIDE, sorted(inside - CLIENT_SIDE)
 
 

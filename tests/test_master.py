@@ -21,12 +21,12 @@ import pytest
 import redis
 
 from forkq.config import Config
-from forkq.daemon.child_process import STOP_SIGNAL
 from forkq.daemon.master.dead_child import Gone, Settled
 from forkq.daemon.master.effects import Effects
 from forkq.daemon.master.health import Child, verdict
 from forkq.daemon.master.heartbeats import Beat, LastBeat
 from forkq.daemon.master.supervisor import Supervisor
+from forkq.daemon.signals import STOP_SIGNAL
 from forkq.middleware import Chain
 from forkq.registry import Registry
 

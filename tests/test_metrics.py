@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from forkq import api
 from forkq.client import Client
 from forkq.embedded import EmbeddedServer
-from forkq.metrics import layout, prometheus, query, sampler, text_format
+from forkq.metrics import layout, prometheus, query, recorder, sampler, text_format
 from forkq.metrics.recorder import Recorder, job_class, queue_writes
 
 from .conftest import Daemon, identity_of, records, run_bench, until
@@ -165,8 +165,18 @@ def test_the_key_names_of_a_fixed_minute() -> None:
         "j|20261125|23:47", "j|261125|23:47", "j|261125|23:4")
     assert (layout.histogram7("K", at), layout.histogram8("K", at)) == ("K-25-23:47",
                                                                         "h|K-25-23:47")
-    assert [layout.sidekiq_bucket(ms) for ms in (0, 19, 20, 334999, 335000)] == [0, 0, 1, 24, 25]
-    assert [layout.le_bucket(s) for s in (0.02, 0.0201, 335.0, 335.1)] == [0, 1, 24, 25]
+    assert [_buckets(s, "sidekiq_buckets") for s in (0, 0.0199, 0.02, 334.999, 335.0)] == [
+        0, 0, 1, 24, 25]
+    assert [_buckets(s, "le_buckets") for s in (0.02, 0.0201, 335.0, 335.1)] == [0, 1, 24, 25]
+
+
+def _buckets(seconds: float, kind: str) -> int:
+    """The one bucket of ``kind`` a successful run of ``seconds`` is counted in."""
+    counts = recorder.Recorder()
+    counts.record("q", "K", seconds, failed=False)
+    [(bucket, runs)] = getattr(counts.drain()[("q", "K")], kind).items()
+    assert runs == 1
+    return int(bucket)
 
 
 def test_coroutine_jobs_run_in_lanes_are_counted(r: redis.Redis, daemon: Any) -> None:

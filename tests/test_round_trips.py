@@ -1,4 +1,4 @@
-"""A push's one write (forkq.round_trips): its packing, and the connections a client keeps.
+"""A push's one write (forkq.connection): its packing, and the connections a client keeps.
 
 The packing is redis-py's, byte for byte. The kept connections: one per thread pushing at
 once, closed by the client's ``close()`` and reconnected by the next push; a forked child
@@ -20,9 +20,8 @@ import pytest
 import redis
 
 from forkq import client as clients
-from forkq.connection import Direct, connect
+from forkq.connection import Direct, KeptConnections, connect, pack
 from forkq.embedded import EmbeddedServer
-from forkq.round_trips import KeptConnections, pack
 from forkq.subprocesses import wait_for
 
 from .conftest import named, throwaway_server

@@ -22,8 +22,7 @@ import pytest
 import redis
 
 from forkq.client import Client
-from forkq.connection import connect
-from forkq.round_trips import round_trip
+from forkq.connection import connect, round_trip
 
 from .conftest import Daemon, run_forkq, until
 from .topology import (

@@ -22,7 +22,7 @@ from forkq import keys, scripts, wirejson
 from forkq import payload as job
 from forkq.daemon import pipes
 from forkq.daemon.children import failures, fetch
-from forkq.daemon.children.batch_size import BatchSize
+from forkq.daemon.children.fetch import BatchSize
 from forkq.daemon.master.supervisor import STALL_SLACK, overslept
 from forkq.daemon.refusal import Recurring, describe, is_refusal
 from forkq.daemon.signals import SelfPipe

@@ -20,9 +20,8 @@ import contextlib
 import gc
 import os
 import signal
-import time
 import traceback
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 from typing import Protocol
@@ -37,13 +36,11 @@ from forkq.config import Config
 from forkq.connection import connect
 from forkq.daemon import logs, pipes
 from forkq.daemon.children.beat_thread import BeatThread
-from forkq.daemon.signals import SelfPipe
+from forkq.daemon.signals import STOP_SIGNAL, SelfPipe
 from forkq.errors import EXIT_SOFTWARE
 
 IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGHUP)
 """Sent to the whole process group by a terminal or systemd; only the master acts on them."""
-STOP_SIGNAL = signal.SIGUSR1
-"""What the master sends a child to make it finish its job (or hand over) and exit."""
 FORK_BLOCKED = frozenset({*IGNORED_SIGNALS, STOP_SIGNAL, signal.SIGTTIN, signal.SIGUSR2})
 """Blocked by the master around fork and by the child until its own handlers are in place, so
 no signal meets the master's handlers (and wakeup pipe) or a default action in the child."""
@@ -160,31 +157,6 @@ def describe(status: int) -> str:
 # -- child side -------------------------------------------------------------------------------
 
 
-PARENT_CHECK_INTERVAL = 0.5
-
-
-class StopCheck:
-    """Whether a processor child is told to stop: STOP_SIGNAL arrived, or its master died
-    (asked of the kernel at most every :data:`PARENT_CHECK_INTERVAL` seconds: a system call
-    per job costs throughput)."""
-
-    def __init__(self, master_pid: int) -> None:
-        self.master_pid = master_pid
-        self._checked = 0.0
-
-    def told(self, received: Collection[int]) -> bool:
-        """True when ``received`` (signals read from the child's pipe) holds STOP_SIGNAL or
-        the master is gone."""
-        return STOP_SIGNAL in received or self.master_gone()
-
-    def master_gone(self) -> bool:
-        now = time.monotonic()
-        if now - self._checked < PARENT_CHECK_INTERVAL:
-            return False
-        self._checked = now
-        return os.getppid() != self.master_pid
-
-
 @dataclass
 class Basics:
     """What every child has once :func:`setup` ran."""
@@ -193,9 +165,6 @@ class Basics:
     pipe: SelfPipe  # wakes on STOP_SIGNAL
     redis: redis.Redis
     beat: BeatThread
-
-    def stop_check(self) -> StopCheck:
-        return StopCheck(self.master_pid)
 
 
 def setup(config: Config, *, identity: str, role: str, state: str,

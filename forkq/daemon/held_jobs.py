@@ -35,7 +35,7 @@ from forkq import keys
 from forkq import payload as payloads
 from forkq.connection import raw, text
 from forkq.daemon.children import blocking_wait, failures, fetch
-from forkq.daemon.progress import Done, digest
+from forkq.daemon.children.fetch import Done, digest
 from forkq.errors import JobCancelledError, JobError, JobKilledError
 from forkq.scripts import script
 
@@ -84,7 +84,7 @@ def read(client: redis.Redis, inflight_key: str, done: Done = NOTHING_DONE) -> H
     (:mod:`~forkq.daemon.children.blocking_wait`: a BLMOVE whose closed socket Redis has not
     seen yet), so no job enters the list after this read. A server that refuses CLIENT LIST
     or KILL (an ACL without them) is reported once and the read goes on. Then, when
-    ``done`` (the holder's :class:`~forkq.daemon.progress.Progress`) says it completed the
+    ``done`` (the holder's :class:`~forkq.daemon.children.fetch.Progress`) says it completed the
     first jobs of its batch and the list still begins with them, acknowledges those, so the
     job read is the one it ran."""
     _end_waiters(client, inflight_key)

@@ -17,6 +17,10 @@ from types import FrameType
 
 from forkq.daemon import pipes
 
+STOP_SIGNAL = signal.SIGUSR1
+"""What a child is stopped with: sent by its master (finish the job, or hand over, and exit),
+or by the child's own heartbeat thread when the master is gone."""
+
 
 class SelfPipe:
     """A wakeup pipe for ``signals``; install in the process that will read it."""
@@ -25,7 +29,10 @@ class SelfPipe:
         self.signals = tuple(signals)
         self._numbers = frozenset(int(s) for s in self.signals)
         self._read_fd, self._write_fd = pipes.pipe(nonblocking=True)
-        self._pending = False
+        self.pending = False
+        """Whether one of :attr:`signals` arrived since the last :meth:`drain`: a check
+        without a system call or a call, for a loop that must stay cheap (the pipe also holds
+        the bytes of signals other handlers serve; only a drain or a wait clears those)."""
         self.on_signal: Callable[[], None] | None = None  # also called by the handler
         self._previous_fd = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
         for signum in self.signals:
@@ -34,7 +41,7 @@ class SelfPipe:
     def _record(self, signum: int, frame: FrameType | None) -> None:
         """The handler: the wakeup fd has already recorded the signal; note that it has,
         and call :attr:`on_signal` (which must only record or wake, as a handler does)."""
-        self._pending = True
+        self.pending = True
         if self.on_signal is not None:
             self.on_signal()
 
@@ -55,16 +62,9 @@ class SelfPipe:
         ready = [fd for fd in readable if fd != self._read_fd]
         return self.drain(), ready
 
-    @property
-    def pending(self) -> bool:
-        """Whether one of :attr:`signals` arrived since the last :meth:`drain`: a check
-        without a system call, for a loop that must stay cheap (the pipe also holds the
-        bytes of signals other handlers serve; only a drain or a wait clears those)."""
-        return self._pending
-
     def drain(self) -> list[signal.Signals]:
         """The signals recorded so far, without blocking."""
-        self._pending = False
+        self.pending = False
         received: list[signal.Signals] = []
         while True:
             try:

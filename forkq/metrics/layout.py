@@ -37,7 +37,6 @@ v7.3.10 and v8.1.7 (7.0.0 writes as 7.3.10).
 
 from __future__ import annotations
 
-import bisect
 import json
 import time
 from typing import Any
@@ -94,18 +93,6 @@ def histogram8(klass: str, now: float) -> str:
     """Sidekiq 8's per-minute histogram of one class: ``h|<class>-5-8:3``."""
     t = _utc(now)
     return f"h|{klass}-{t.tm_mday}-{t.tm_hour}:{t.tm_min}"
-
-
-def sidekiq_bucket(ms: int) -> int:
-    """Sidekiq's bucket of a run of ``ms`` whole milliseconds: the index of the first edge
-    above it (``len(EDGES_MS)`` past the last)."""
-    return bisect.bisect_right(EDGES_MS, ms)
-
-
-def le_bucket(seconds: float) -> int:
-    """Prometheus's bucket (``le``) of a run of ``seconds``: the index of the first edge not
-    below it (``len(EDGES_MS)`` past the last)."""
-    return bisect.bisect_left(EDGES_MS, seconds * 1000.0)
 
 
 def series_field(queue: str, klass: str, metric: str) -> str:

@@ -27,6 +27,7 @@ out.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 from collections import defaultdict
@@ -75,7 +76,10 @@ class Recorder:
         self._batch: Batch = {}
 
     def record(self, queue: str, klass: str, seconds: float, *, failed: bool) -> None:
-        """Count one run of ``klass`` from ``queue`` that took ``seconds``."""
+        """Count one run of ``klass`` from ``queue`` that took ``seconds``: in Prometheus's
+        bucket (``le``, every run: the index of the first of ``layout.EDGES_MS`` not below
+        it) and, when it did not fail, in Sidekiq's (its whole milliseconds: the index of the
+        first edge above them); ``len(EDGES_MS)`` past the last edge."""
         ms = int(seconds * 1000)
         with self._lock:
             counts = self._batch.get((queue, klass))
@@ -83,12 +87,12 @@ class Recorder:
                 counts = self._batch[(queue, klass)] = Counts()
             counts.runs += 1
             counts.micros += int(seconds * 1_000_000)
-            counts.le_buckets[layout.le_bucket(seconds)] += 1
+            counts.le_buckets[bisect.bisect_left(layout.EDGES_MS, seconds * 1000.0)] += 1
             if failed:
                 counts.failures += 1
             else:
                 counts.success_ms += ms
-                counts.sidekiq_buckets[layout.sidekiq_bucket(ms)] += 1
+                counts.sidekiq_buckets[bisect.bisect_right(layout.EDGES_MS, ms)] += 1
 
     def drain(self) -> Batch:
         """Take everything counted so far (the heartbeat writes it)."""

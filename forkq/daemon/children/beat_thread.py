@@ -17,10 +17,11 @@ and after each job: ``{"queue", "payload" (the raw job bytes, written as a strin
 epoch, Sidekiq's field), "started" (float epoch), "class", "jid", "timeout"
 (seconds, 0 = none)}``.
 
-Master death: a child whose master is gone (SIGKILLed, OOM-killed) finishes its
-current job and exits, as on a graceful stop; if the job is still running
-``orphan_grace`` seconds (the ``timeout`` setting) after the thread noticed,
-the thread ends the process, as the master would have killed it at the stop
+Master death: a child whose master is gone (SIGKILLed, OOM-killed) is sent
+:data:`~forkq.daemon.signals.STOP_SIGNAL` by this thread (at its next turn, within
+:data:`INTERVAL`): it finishes its current job and exits, as on a graceful stop; if the
+job is still running ``orphan_grace`` seconds (the ``timeout`` setting) after the thread
+noticed, the thread ends the process, as the master would have killed it at the stop
 deadline. Its beats then stop, and 60 s later the scheduler leader recovers
 its job (:mod:`forkq.daemon.children.orphans`).
 
@@ -57,6 +58,7 @@ import redis
 
 from forkq import keys
 from forkq.daemon import logs, pipes, process_proof
+from forkq.daemon.signals import STOP_SIGNAL
 from forkq.errors import EXIT_ORPHANED
 from forkq.metrics import recorder
 from forkq.printable import printable
@@ -161,12 +163,15 @@ class BeatThread:
             self._sleep()
 
     def _check_master(self) -> None:
-        """End the process once it has outlived its master by ``orphan_grace`` seconds."""
+        """Stop the process when its master is gone (its stop signal, as the master would
+        send it); end it once it has outlived its master by ``orphan_grace`` seconds."""
         if os.getppid() == self._master_pid:
             return
         now = time.monotonic()
         if self._orphaned_at is None:
             self._orphaned_at = now
+            log.warning("master (pid %d) is gone: stopping", self._master_pid)
+            os.kill(os.getpid(), STOP_SIGNAL)
         elif now - self._orphaned_at > self._orphan_grace:
             log.error("master (pid %d) gone %.0fs ago and still busy: exiting; the scheduler "
                       "leader recovers the job", self._master_pid, now - self._orphaned_at)

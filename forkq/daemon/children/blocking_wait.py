@@ -36,8 +36,8 @@ from typing import Any
 import redis
 
 from forkq import keys
+from forkq.connection import drop_if_closed
 from forkq.daemon import pipes
-from forkq.round_trips import drop_if_closed
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,9 @@
 """Coroutine jobs: an ``async def`` job runs to completion on its processor's event loop.
 
 A job's body is called as any other (:meth:`~forkq.registry.JobSpec.call`, inside the server
-middleware); when it returns an awaitable, :func:`perform` runs that awaitable to its end and
-returns its result or raises its exception, so middleware, the retry policy and the log see
+middleware); when it returns an awaitable, the processor gives it to its runner, which runs
+it to its end and returns its result or raises its exception
+(:mod:`~forkq.daemon.children.job_run`), so middleware, the retry policy and the log see
 a coroutine job exactly as a plain one.
 
 Two runners, one per way a processor runs jobs:
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,14 +38,6 @@ not cancel it: blocked, or the job swallowed the cancellation)."""
 
 Runner = Callable[[Awaitable[Any], float], Any]
 """Runs an awaitable to completion with a timeout in seconds (0 = none); its result."""
-
-
-def perform(call: Callable[[], Any], run: Runner, timeout: float) -> Any:
-    """Call the job's body; when it returns an awaitable, ``run`` it to completion."""
-    result = call()
-    if result is not None and inspect.isawaitable(result):
-        return run(result, timeout)
-    return result
 
 
 class EventLoop:

@@ -35,7 +35,7 @@ import os
 import random
 import threading
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 import redis
 
@@ -47,6 +47,7 @@ from forkq.daemon.children import failures, job_run
 from forkq.daemon.children.blocking_wait import WAKE, BlockingWait
 from forkq.daemon.children.fetch import Fetch, Fetched, Fetcher
 from forkq.daemon.children.queuewatch import QUEUE_WATCH, QueueWatch
+from forkq.daemon.signals import STOP_SIGNAL
 from forkq.daemon.watch_token import WatchToken
 from forkq.scripts import script
 
@@ -92,7 +93,8 @@ class Effects(Protocol):
         """Back off ``seconds`` (a Redis error); a stop ends it early."""
 
     def stop_requested(self, timeout: float = 0.0) -> bool:
-        """Whether the child was told to stop (a stop signal, the master's death), waiting
+        """Whether the child was told to stop (its stop signal: from the master, or from its
+        heartbeat thread when the master is gone), waiting
         up to ``timeout`` for it. Reads the signal pipe only when a signal arrived."""
 
     def stop_pending(self) -> bool:
@@ -109,16 +111,15 @@ class RedisEffects:
     """The real :class:`Effects` of one processor child, built after the fork."""
 
     def __init__(self, config: Config, basics: Basics, *, lane_keys: list[str],
-                 runs: job_run.Runs, show: Any, token: WatchToken, batch: int,
+                 runs: job_run.Runs, shows: list[job_run.Show], token: WatchToken, batch: int,
                  spread: int) -> None:
         self.redis = basics.redis
         self._pipe = basics.pipe
         self._master_pid = basics.master_pid
-        self._stop_check = basics.stop_check()
         self._told = False
         self._lane_keys = lane_keys
         self._runs = runs
-        self._shows = [lambda job, lane=lane: show(lane, job) for lane in range(len(lane_keys))]
+        self._shows = shows  # per lane: tells the heartbeat the lane's job
         self._token = token
         self._fetchers = [Fetcher(self.redis, key, queues=config.queues, strict=config.strict,
                                   rng=random.Random(), batch=batch, spread=spread)
@@ -140,8 +141,7 @@ class RedisEffects:
         else:
             self._wake_fd, self._wake_write = pipes.pipe(nonblocking=True)
 
-    def monotonic(self) -> float:
-        return time.monotonic()
+    monotonic = staticmethod(time.monotonic)  # no Python frame: called twice per job
 
     def register(self) -> None:
         try:
@@ -242,7 +242,7 @@ class RedisEffects:
     def _woken(self) -> None:
         """The wake fd became readable: in a child of one lane, read the signals."""
         if self._one_lane:
-            self._told = self._told or self._stop_check.told(self._pipe.drain())
+            self._told = self._told or STOP_SIGNAL in self._pipe.drain()
 
     def rest(self, seconds: float) -> None:
         if self._wake_fd in pipes.readable([self._wake_fd], seconds):
@@ -253,9 +253,11 @@ class RedisEffects:
             return True
         if timeout:
             received, _ = self._pipe.wait(timeout)
+        elif self._pipe.pending:
+            received = self._pipe.drain()
         else:
-            received = self._pipe.drain() if self._pipe.pending else []
-        self._told = self._stop_check.told(received)
+            return False
+        self._told = STOP_SIGNAL in received
         return self._told
 
     def stop_pending(self) -> bool:

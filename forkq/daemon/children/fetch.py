@@ -1,4 +1,5 @@
-"""Reliable fetch: queue order per fetch, and the ack-and-fetch round trip.
+"""Reliable fetch: queue order, the batch a processor takes and holds, the ack-and-fetch
+round trip, and how far the processor got through its batch (shared with its master).
 
 Order (Sidekiq's semantics): strict tries the queues as configured; weighted
 shuffles a list in which each queue appears ``weight`` times and keeps the
@@ -16,11 +17,39 @@ failure (:mod:`forkq.daemon.children.failures`), given back or requeued
 Keys: ``queue:<name>``, ``forkq:inflight:<identity>:<pid>``, ``forkq:inflight``,
 ``stat:processed`` and its daily key, ``forkq:paused`` (queues paused across the cluster are
 skipped, in the script: no extra round trip).
+
+Batch size (:class:`BatchSize`, pure: run times are given to it, no clock, no I/O). A
+processor holds the jobs of a batch behind the one it runs. For short jobs a big batch saves
+round trips and server work per job; for long ones every held job waits, and at the end of
+a drain one processor may still hold a queue's last jobs while the others are idle. So the
+size adapts to the jobs this processor runs:
+
+- at most ``limit`` (the ``fetch_batch`` setting);
+- no more than :data:`HOLD_BUDGET` seconds of expected work held behind the running job,
+  by a moving average of the run times of the jobs it ran (:data:`WEIGHT` for the newest):
+  ``1 + floor(HOLD_BUDGET / average)``: jobs of 10 ms take up to 6, of 50 ms or more 1;
+- one before it has run any job (the first job it runs tells how long they take).
+
+Progress (:class:`Progress`). A processor that holds a batch does not tell Redis each time
+it completes one of its jobs: it writes the count to a small shared mapping that the master
+created for its slot before the fork, and Redis hears of the completed jobs with the next
+fetch (one acknowledgement for all of them). When the processor dies, the master reads the
+mapping (:meth:`Progress.read`): the first ``done`` pairs of the in-flight list are jobs
+that completed, *if* the list still begins with the job the mapping names (``head``, a
+digest of its bytes), else none are (the acknowledgement reached Redis already). So only
+the job that was running runs again (:mod:`forkq.daemon.held_jobs`). Layout: 16 bytes of
+BLAKE2b digest of the first held job, then ``done`` as an unsigned 32-bit integer. The
+writer is the one child of the slot, the reader the master after that child was reaped: no
+lock. Each write is ordered so that a child killed between two writes leaves a state that
+claims nothing wrongly (``done`` is cleared before ``head`` changes).
 """
 
 from __future__ import annotations
 
+import hashlib
+import mmap
 import random
+import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,7 +109,7 @@ class Fetcher:
     The queue orders are drawn here, one per job that may be taken: strict order and a
     single queue never change (built once), a weighted order is a shuffle of a prepared
     list. The jobs of a batch are acknowledged together, with the next fetch (the processor
-    keeps count of them in :class:`~forkq.daemon.progress.Progress`)."""
+    keeps count of them in :class:`Progress`)."""
 
     def __init__(
         self,
@@ -204,3 +233,78 @@ def _script_args(ack: bytes | None, acked: int, *, fetch: bool, arm: bool, deep:
     """fetch.lua's ARGV (see its header)."""
     return [ack or b"", "1" if fetch else "0", keys.DAILY_STAT_TTL, "1" if arm else "0", deep,
             acked, *orders]
+
+
+# -- the batch's size --------------------------------------------------------------------
+
+HOLD_BUDGET = 0.05
+"""Seconds of expected work a processor may hold, not started, behind its running job."""
+
+WEIGHT = 0.2
+"""The weight of the newest run time in the moving average."""
+
+
+class BatchSize:
+    """One processor's batch size: :meth:`size` for the next fetch, :meth:`ran` after each job."""
+
+    def __init__(self, limit: int, budget: float = HOLD_BUDGET) -> None:
+        self.limit = max(1, limit)
+        self._budget = budget
+        self._average: float | None = None
+        self._size = 1
+
+    def ran(self, seconds: float) -> None:
+        """A job ran for ``seconds`` (wall time, from start to outcome)."""
+        seconds = max(0.0, seconds)
+        average = self._average
+        average = seconds if average is None else average + WEIGHT * (seconds - average)
+        self._average = average
+        if average * (self.limit - 1) <= self._budget:
+            self._size = self.limit
+        else:
+            self._size = 1 + int(self._budget / average)
+
+    def size(self) -> int:
+        """How many jobs the next fetch may take (1 .. ``limit``)."""
+        return self._size
+
+
+# -- the batch's progress, shared with the master --------------------------------------
+
+_LAYOUT = struct.Struct("=16sI")
+_COUNT = struct.Struct("=I")
+
+
+def digest(job: bytes) -> bytes:
+    """The 16-byte digest naming a job's bytes."""
+    return hashlib.blake2b(job, digest_size=16).digest()
+
+
+@dataclass(frozen=True)
+class Done:
+    """What a gone processor had completed: the first ``count`` pairs of its list, if the
+    list begins with the job whose digest is ``head``."""
+
+    head: bytes = b""
+    count: int = 0
+
+
+class Progress:
+    """The shared mapping of one processor slot (create before fork)."""
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, _LAYOUT.size)
+
+    def start(self, head: bytes) -> None:
+        """A new batch begins with the job ``head`` (its bytes); nothing completed yet."""
+        self.completed(0)
+        self._map[:16] = digest(head)
+
+    def completed(self, count: int) -> None:
+        """``count`` jobs of the batch, from its start, completed."""
+        _COUNT.pack_into(self._map, 16, count)
+
+    def read(self) -> Done:
+        """What the mapping says now (``Done()`` when nothing completed)."""
+        head, count = _LAYOUT.unpack(self._map[:_LAYOUT.size])
+        return Done(head, count) if count else Done()

@@ -20,6 +20,8 @@ cannot run is not (as in Sidekiq, whose metrics are a server middleware).
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import random
 import time
@@ -77,15 +79,15 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
     log.info("%s jid=%s start", context.name, context.jid)
     own = timeout_of(payload)
     limit = own or runs.job_timeout
-    keep = results.ttl_of(payload)
+    keep = payloads.result_ttl(payload)
     show({"queue": fetched.queue, "payload": fetched.raw, "run_at": int(now), "started": now,
           "class": context.name, "jid": context.jid,
           "timeout": _kill_after(spec, own, limit)})
     started = time.monotonic()
     token = set_current(context)
     try:
-        value = runs.middleware.run(context, lambda: coroutines.perform(
-            lambda: spec.call(payload), runs.coroutine_runner, limit))
+        value = runs.middleware.run(context, functools.partial(_perform, spec, payload, runs,
+                                                               limit))
     except BaseException as exc:  # noqa: BLE001 - the one boundary where a job failure lands
         return _failed(fetched, runs, context, spec=spec, exc=exc, started=started)
     finally:
@@ -94,12 +96,22 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
     if context.cancel_seen:  # it returned after seeing its cancellation: cancelled
         return _failed(fetched, runs, context, spec=spec, exc=None, started=started)
     elapsed = time.monotonic() - started
-    _count(runs, fetched.queue, payload, elapsed, failed=False)
+    if runs.metrics is not None:
+        runs.metrics.record(fetched.queue, job_class(payload), elapsed, failed=False)
     if log.isEnabledFor(logging.INFO):  # the duration's wording costs a job more than its line
         log.info("%s jid=%s done: %s", context.name, context.jid, duration(elapsed))
     if keep:
         _keep(context, lambda: results.store_value(runs.redis, context.jid, value, keep))
     return None
+
+
+def _perform(spec: JobSpec, payload: payloads.Payload, runs: Runs, limit: float) -> Any:
+    """Call the job's body; when it returns an awaitable (an ``async def`` body), run it to
+    its end on the processor's event loop, cancelled at ``limit`` seconds."""
+    value = spec.call(payload)
+    if value is not None and inspect.isawaitable(value):
+        return runs.coroutine_runner(value, limit)
+    return value
 
 
 def _failed(fetched: Fetched, runs: Runs, context: JobContext, *, spec: JobSpec,
@@ -119,7 +131,7 @@ def _failed(fetched: Fetched, runs: Runs, context: JobContext, *, spec: JobSpec,
     log.log(level, "%s jid=%s fail: %s: %s: %s -> %s", context.name, context.jid,
             duration(elapsed), failures.error_class_name(error), failures.error_message(error),
             failure.mode, exc_info=trace, extra=logs.JOB_FAILURE)
-    keep = results.ttl_of(context.payload)
+    keep = payloads.result_ttl(context.payload)
     if keep and failure.mode != "retry":
         message = (failures.error_class_name(error), failures.error_message(error))
         _keep(context, lambda: results.store_failure(runs.redis, context.jid, *message, keep))

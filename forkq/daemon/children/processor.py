@@ -12,9 +12,9 @@ job (``async def``) runs on the child's event loop, so up to N of them progress 
 
 Jobs sit in a lane's in-flight list from the moment they are fetched until they are
 acknowledged, filed as a failure, given back, or requeued by the master after this child is
-gone. A one-lane processor takes a batch from a deep queue (:mod:`~.batch_size`) and holds
-the jobs behind the one it runs; how many of the batch completed is kept in the slot's shared
-:class:`~forkq.daemon.progress.Progress`, so the master does not run them again. Held jobs go
+gone. A one-lane processor takes a batch from a deep queue (:class:`~.fetch.BatchSize`) and
+holds the jobs behind the one it runs; how many of the batch completed is kept in the slot's
+shared :class:`~.fetch.Progress`, so the master does not run them again. Held jobs go
 back to their queue at a stop, at the master's death, or when the running job has run
 :data:`HELD_WAIT_LIMIT` seconds.
 
@@ -38,6 +38,7 @@ forks a fresh one.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -57,11 +58,9 @@ from forkq import payload as payloads
 from forkq.config import Config
 from forkq.daemon import child_process
 from forkq.daemon.children import coroutines, failures, job_run
-from forkq.daemon.children.batch_size import BatchSize
 from forkq.daemon.children.effects import Effects, RedisEffects
-from forkq.daemon.children.fetch import Fetched, report_skipped
+from forkq.daemon.children.fetch import BatchSize, Fetched, Progress, report_skipped
 from forkq.daemon.outage import Outage
-from forkq.daemon.progress import Progress
 from forkq.daemon.refusal import Recurring, is_refusal
 from forkq.daemon.watch_token import WatchToken
 from forkq.errors import EXIT_CHILD_BOOT, JobError
@@ -127,6 +126,7 @@ class Processor:
         self._lock = threading.Lock()
         self._running: dict[int, dict[str, Any]] = {}  # lane -> its job (heartbeat entry)
         self._jobs_done = 0
+        self._recycles = bool(config.max_jobs or config.max_memory_mb)
         self._memory_checked = 0.0
         self._outage = Outage(log)  # one report per outage, not one per lane
         self._skipped = Recurring(log)  # keys the fetches skip (a queue of another type)
@@ -191,7 +191,8 @@ class Processor:
                             job_timeout=self.config.job_timeout, rng=random.Random(),
                             redis=basics.redis, metrics=self._beat.metrics)
         effects = RedisEffects(self.config, basics, lane_keys=lane_keys, runs=runs,
-                               show=self._show, token=self._token,
+                               shows=[self._show_for(lane) for lane in range(self.lane_count)],
+                               token=self._token,
                                batch=self.config.fetch_batch if one else 1,
                                spread=self.config.concurrency if one else 1)
         basics.pipe.on_signal = self._beat.wake
@@ -249,16 +250,16 @@ class Processor:
     def turn(self, lane: Lane) -> None:
         """One turn of a lane: file the last failure; run a held job, or settle the last job
         and fetch the next in one round trip, or wait for work."""
-        self._file_failure(lane)
-        fetched = self._take_held(lane) or self._settle(lane, fetch=not self.stopping)
+        if lane.failure is not None:
+            self._file_failure(lane)
+        with self._lock:  # the heartbeat thread may be giving the held jobs back
+            fetched = lane.held.popleft() if lane.held else None
+        if fetched is None:
+            fetched = self._settle(lane, fetch=not self.stopping)
         if fetched is None and not self.stopping:
             fetched = self._idle(lane)
         if fetched is not None:
             self._execute(lane, fetched)
-
-    def _take_held(self, lane: Lane) -> Fetched | None:
-        with self._lock:
-            return lane.held.popleft() if lane.held else None
 
     def _settle(self, lane: Lane, *, fetch: bool) -> Fetched | None:
         """Acknowledge the lane's completed jobs and/or fetch: the first job fetched (the
@@ -299,13 +300,13 @@ class Processor:
             lane.progress.completed(lane.done)  # where the master reads it (no system call)
         else:  # filed at the next turn
             lane.failed_job, lane.failure = fetched.raw, failure
-        self._count_job()
+        if self._recycles:
+            self._count_job()
 
     def _file_failure(self, lane: Lane) -> None:
         """File the failure planned for the lane's last job, after acknowledging the jobs of
         the batch that completed before it (fail.lua releases the first pair of the list)."""
-        if lane.failure is None:
-            return
+        assert lane.failure is not None
         self._settle(lane, fetch=False)
         if not self.effects.file(lane.number, lane.failure, lane.failed_job):
             log.warning("not filing the failure: the job was recovered while this "
@@ -316,7 +317,8 @@ class Processor:
 
     def _settle_last(self, lane: Lane) -> None:
         """At exit: file the last failure, acknowledge what completed."""
-        self._file_failure(lane)
+        if lane.failure is not None:
+            self._file_failure(lane)
         self._settle(lane, fetch=False)
 
     def give_back_held(self, lane: Lane, why: str = "") -> None:
@@ -362,17 +364,23 @@ class Processor:
                 lasted = self._outage.failed(exc, "this processor's step")
             self.effects.rest(backoff(exc, lasted))
             return
-        with self._lock:
-            self._outage.succeeded()
+        if self._outage.since is not None:  # an attribute read per turn; the lock only now
+            with self._lock:
+                self._outage.succeeded()
 
     # -- what the heartbeat shows ----------------------------------------------------------
+
+    def _show_for(self, lane: int) -> job_run.Show:
+        """What tells the heartbeat the job ``lane`` runs (or None): a processor of one lane
+        sets the heartbeat's ``job`` (a ``setattr``: no Python frame, twice per job); one of
+        several keeps it on the longest-running job of its lanes (:meth:`_show`)."""
+        if self.lane_count == 1:
+            return functools.partial(setattr, self._beat, "job")
+        return functools.partial(self._show, lane)
 
     def _show(self, lane: int, job: dict[str, Any] | None) -> None:
         """Keep the heartbeat's ``job`` on the longest-running job of the lanes (the one a
         ``job_timeout`` is judged by)."""
-        if len(self.lanes) == 1:  # its one job (one thread: no lock, no search)
-            self._beat.job = job
-            return
         with self._lock:
             if job is None:
                 self._running.pop(lane, None)
@@ -400,9 +408,8 @@ class Processor:
     # -- recycling -------------------------------------------------------------------------
 
     def _count_job(self) -> None:
-        """After a job: stop after ``max_jobs`` jobs or above ``max_memory_mb``."""
-        if not (self.config.max_jobs or self.config.max_memory_mb):
-            return
+        """After a job, with ``max_jobs`` or ``max_memory_mb`` set: stop after ``max_jobs``
+        jobs or above ``max_memory_mb``."""
         with self._lock:
             self._jobs_done += 1
             done = self._jobs_done

@@ -42,12 +42,12 @@ import redis
 from forkq import cron, keys, middleware
 from forkq.config import Config
 from forkq.daemon import child_process
-from forkq.daemon.child_process import STOP_SIGNAL
 from forkq.daemon.children import due_jobs, orphans, periodic, unfiled
 from forkq.daemon.children.lease import Lease, LeaseLostError
 from forkq.daemon.children.queuewatch import QueueWatch
 from forkq.daemon.outage import Outage
 from forkq.daemon.refusal import Recurring, describe
+from forkq.daemon.signals import STOP_SIGNAL
 from forkq.metrics import layout, sampler
 from forkq.registry import Registry
 
@@ -103,9 +103,9 @@ class Scheduler:
         self._watch = QueueWatch(self.redis, WATCHED)
 
     def _check_signals(self) -> None:
-        if STOP_SIGNAL in self._pipe.drain():
+        if STOP_SIGNAL in self._pipe.drain():  # the master's, or the heartbeat thread's
             self.stopping = True
-        elif os.getppid() != self.master_pid:
+        elif os.getppid() != self.master_pid:  # at once: a lease handed over sooner
             log.warning("master (pid %d) is gone; handing over", self.master_pid)
             self.stopping = True
 

@@ -6,7 +6,7 @@ pending jids when that key changes (its watch) and at least every second, and th
 lists of its children; :func:`to_stop` names the children running a cancelled job, each with
 the jid it runs. A child is stopped only for the job it *runs*: for a one-job processor the
 first job of its list that it has not completed (its slot's
-:class:`~forkq.daemon.progress.Progress` says how many it completed at the head); in a
+:class:`~forkq.daemon.children.fetch.Progress` says how many it completed at the head); in a
 processor with lanes, each lane's one job. A job held behind the running one (a batch) is not
 stopped early: it is stopped when it starts.
 
@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from forkq import payload as payloads
-from forkq.daemon.progress import Done, digest
+from forkq.daemon.children.fetch import Done, digest
 from forkq.errors import JobError
 
 

@@ -52,7 +52,7 @@ import redis
 from forkq import payload as payloads
 from forkq.daemon import held_jobs
 from forkq.daemon.children import failures
-from forkq.daemon.progress import Done
+from forkq.daemon.children.fetch import Done
 from forkq.errors import JobCancelledError, JobTimeoutError, MalformedJobError
 from forkq.metrics.recorder import Recorder, check_replies, job_class, queue_writes
 from forkq.registry import Registry

@@ -39,21 +39,21 @@ from forkq.config import Config
 from forkq.daemon.child_process import (
     MAX_BACKOFF,
     QUICK_DEATH,
-    STOP_SIGNAL,
     OsProcesses,
     Processes,
     describe,
     respawn_delay,
 )
+from forkq.daemon.children.fetch import Done, Progress
 from forkq.daemon.children.processor import Processor
 from forkq.daemon.master.cancels import Asked, Holder, decide, to_stop
 from forkq.daemon.master.dead_child import Cause, Gone
 from forkq.daemon.master.effects import Clock, Store, SystemClock
 from forkq.daemon.master.health import Child, verdict
 from forkq.daemon.master.heartbeats import LastBeat, busy_entry
-from forkq.daemon.progress import Done, Progress
 from forkq.daemon.refusal import Recurring
 from forkq.daemon.refusal import describe as describe_error
+from forkq.daemon.signals import STOP_SIGNAL
 from forkq.daemon.watch_token import WatchToken
 from forkq.middleware import ServerChain
 from forkq.registry import Registry

@@ -25,7 +25,6 @@ from forkq.config import Config
 from forkq.daemon.child_process import (
     MAX_BACKOFF,
     QUICK_DEATH,
-    STOP_SIGNAL,
     OsProcesses,
     Processes,
     describe,
@@ -34,6 +33,7 @@ from forkq.daemon.child_process import (
 from forkq.daemon.children.scheduler import Scheduler
 from forkq.daemon.master.effects import Clock, SystemClock
 from forkq.daemon.master.heartbeats import LastBeat
+from forkq.daemon.signals import STOP_SIGNAL
 from forkq.registry import Registry
 
 log = logging.getLogger(__name__)
