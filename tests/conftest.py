@@ -240,7 +240,7 @@ def daemon(server: EmbeddedServer, r: redis.Redis, tmp_path: Path
     for d in started:
         with contextlib.suppress(psutil.NoSuchProcess):
             known.update(p.pid for p in psutil.Process(d.pid).children(recursive=True))
-        d.stop(timeout=10)
+        d.stop(timeout=3)  # the test is over: a daemon slow to stop (Redis gone) is killed
         if hasattr(d.stderr, "close"):
             d.stderr.close()  # type: ignore[union-attr]
     for pid in known:

@@ -400,6 +400,10 @@ def test_a_failed_job_s_traceback_hides_forkq_s_frames_unless_debugging(
     assert trace[0] == "Traceback (most recent call last):" and trace[-1] == "ValueError: traced"
     assert re.search(r'tests/jobs\.py", line \d+, in perform$', frames[-1]), trace
     if forkq_frames:
-        assert len(own) >= 5 and "forkq/daemon/children/job_run.py" in own[0], trace
+        # every frame of the job's path into the body: job_run, the middleware chain, the
+        # registry's call
+        assert "forkq/daemon/children/job_run.py" in own[0], trace
+        assert {"middleware.py", "registry.py"} <= {line.split('"')[1].rsplit("/", 1)[1]
+                                                    for line in own}, trace
     else:
         assert own == [] and len(frames) == 1, trace

@@ -158,6 +158,7 @@ def test_a_failover_loses_no_job_redis_kept(daemon: Callable[..., Daemon], tmp_p
         assert "NOPERM" not in log
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_term_is_acted_on_at_once_while_no_sentinel_answers(daemon: Callable[..., Daemon],
                                                              tmp_path: Path) -> None:

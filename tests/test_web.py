@@ -101,6 +101,7 @@ def test_every_response_carries_the_security_headers_and_assets_are_shipped(web:
     assert browser.get("/static/nope.js").status == 404
 
 
+@pytest.mark.slow
 def test_busy_page_shows_processes_and_running_jobs_and_its_buttons_act(
         web: Any, r: redis.Redis, daemon: Any) -> None:
     d = daemon("concurrency: 2\nrequire: jobs\ntag: webtest\n")

@@ -547,6 +547,7 @@ def _seqs(client: redis.Redis, key: str) -> dict[bytes, int]:
 # --- a frozen daemon ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_daemon_frozen_longer_than_liveness_timeout_keeps_its_children(
         r: redis.Redis, daemon: Any) -> None:
     d = daemon("concurrency: 2\nrequire: jobs\nliveness_timeout: 10\n", new_session=True)

@@ -1,7 +1,7 @@
 """The Prometheus exposition of the whole cluster, read from Redis (``GET /metrics`` of
 ``forkq web``): one scrape target sees every daemon that shares the Redis.
 
-Series (the README's "Metrics and Prometheus" lists them too):
+Series (docs/metrics.md, "Prometheus", lists them too):
 
 - ``forkq_jobs_processed_total{queue,job_class}`` counter — job runs (failures included),
   ``forkq_jobs_failed_total{queue,job_class}`` counter — failed runs, and

@@ -5,7 +5,7 @@ link or a checkbox, found again by its score).
 Every read costs O(log N + page size) in Redis, whatever the set's size: a page is one
 ``ZCARD`` and one ``ZRANGE`` by index (pages by position, as Sidekiq's Web: an entry
 removed meanwhile shifts the next page by one; newest first is the same slice counted from
-the end with negative indices, reversed here, since the README's least-privilege ACL grants
+the end with negative indices, reversed here, since the least-privilege ACL (docs/redis.md) grants
 no ``ZREVRANGE``); a member is found again with
 ``ZRANGEBYSCORE score score`` in windows of :data:`SAME_SCORE_WINDOW`, reading at most
 :data:`SAME_SCORE_LIMIT` members that share its score.

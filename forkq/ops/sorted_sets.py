@@ -123,7 +123,7 @@ class JobSet:
                 steps.append(exc)
         lua = script(self.redis, "entry")
         # SCRIPT LOAD here, then plain EVALSHAs: a redis-py pipeline of Script calls would
-        # first send SCRIPT EXISTS, which the README's least-privilege ACL does not grant
+        # first send SCRIPT EXISTS, which the least-privilege ACL (docs/redis.md) does not grant
         self.redis.script_load(lua.script)
         with self.redis.pipeline(transaction=False) as pipe:
             for step in steps:

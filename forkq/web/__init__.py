@@ -1,7 +1,7 @@
 """The dashboard: a WSGI application over the same Redis as the daemons.
 
 ``forkq web`` serves it (:mod:`forkq.web.server`); :func:`make_app` builds it for mounting
-inside another application (Django, Flask, FastAPI: see the README's "Web dashboard").
+inside another application (Django, Flask, FastAPI: see docs/dashboard.md).
 Pages live in :mod:`forkq.web.views`, one module per page group; the request plumbing in
 :mod:`forkq.web.routes` and :mod:`forkq.web.app`; who may do what in
 :mod:`forkq.web.security` (failed logins: :mod:`forkq.web.throttle`); wrong-typed keys on a

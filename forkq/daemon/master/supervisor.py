@@ -7,7 +7,7 @@ children's heartbeats (cull, job timeouts, memory) → stop or top up → beat
 a job and never blocks: its Redis client has a 5 s socket timeout and every
 Redis step is guarded, so an outage is logged once and waited out.
 
-Signals (README, "Signals"): TERM / INT stop (a second one stops at once); TSTP /
+Signals (docs/operating.md, "Signals"): TERM / INT stop (a second one stops at once); TSTP /
 USR1 quiet; TTIN dumps stacks; HUP reloads the YAML; USR2 reopens the log
 file; CHLD only wakes the loop. Sidekiq's remote signals (``<identity>-signals``:
 TSTP, TERM, TTIN; also USR1, USR2, HUP) are popped at each beat and go through

@@ -68,7 +68,7 @@ def _other_names(client: redis.Redis, known: set[str]) -> list[tuple[str, float 
     """Entries ``forkq:periodic`` remembers that the configuration does not name (another
     deployment's, or removed ones), at most :data:`OTHER_NAMES`. The hash holds one field per
     periodic name ever configured (a handful), so it is read whole, with the commands the
-    README's least-privilege ACL allows."""
+    least-privilege ACL of docs/redis.md allows."""
     found: dict[Any, Any] = client.hgetall(keys.PERIODIC)
     others = [(text(name), _float(value)) for name, value in found.items()
               if text(name) not in known]
