@@ -25,6 +25,8 @@ before any I/O.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -32,7 +34,7 @@ from typing import Any, NamedTuple, Protocol
 
 import redis
 
-from forkq import keys
+from forkq import keys, scripts, unique
 from forkq import payload as payloads
 from forkq.connection import KeptConnections, MasterLost, connect, round_trip
 from forkq.errors import EnqueueError
@@ -44,9 +46,9 @@ _RELATIVE_LIMIT = 1_000_000_000
 class Diversion(Protocol):
     """What takes the place of Redis while a testing mode is on (see :func:`divert`)."""
 
-    def push(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> None:
+    def push(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> set[str]:
         """Take the jobs of one push: each a payload (client middleware done, not yet
-        encoded) and its ``at`` (None: now)."""
+        encoded) and its ``at`` (None: now); the jids of the unique jobs it dropped."""
 
     def cancel_requested(self, jid: str) -> bool:
         """The answer of :func:`cancel_requested` for ``jid``."""
@@ -113,18 +115,20 @@ class Client:
     def push(self, item: Mapping[str, Any]) -> str | None:
         """Push one job. ``item`` has ``class`` and ``args``, optionally ``queue``, ``retry``,
         ``at``, ``jid`` and any other key (kept in the payload). Returns the jid, or None
-        when a client middleware stopped the push."""
+        when a client middleware stopped the push or the job is unique (``unique_for``)
+        and an earlier push of it holds its lock (:mod:`forkq.unique`)."""
         now = time.time()
         payload = self._prepare(_fields(item), item.get("args"), now)
         if payload is None:
             return None
-        self._send([(payload, _at(item.get("at")))], now)
-        return str(payload["jid"])
+        dropped = self._send([(payload, _at(item.get("at")))], now)
+        return None if dropped else str(payload["jid"])
 
     def push_bulk(self, item: Mapping[str, Any]) -> list[str]:
         """Push many jobs of one class in one round trip: ``item["args"]`` is a list of arg
         lists; ``at`` may be one number or one per job. All share ``created_at`` and
-        ``enqueued_at``, as in Sidekiq. Returns the jids pushed."""
+        ``enqueued_at``, as in Sidekiq. Returns the jids pushed (without those a middleware
+        stopped or a unique job's lock dropped)."""
         arg_lists = item.get("args")
         if not isinstance(arg_lists, Sequence) or isinstance(arg_lists, (str, bytes)):
             raise TypeError("push_bulk: 'args' must be a list of argument lists")
@@ -134,7 +138,8 @@ class Client:
         now = time.time()
         fields = _fields(item)
         jids = payloads.new_jids(len(arg_lists)) if fields.jid is None else None
-        if jids is not None and ats is None and not self.middleware and _diversion is None:
+        if (jids is not None and ats is None and not self.middleware and _diversion is None
+                and unique.FOR not in fields.extra):
             self._push_now(fields, arg_lists, jids, now)  # the common case, encoded at once
             return jids
         jobs: list[tuple[payloads.Payload, float | None]] = []
@@ -142,8 +147,8 @@ class Client:
             payload = self._prepare(fields, args, now, None if jids is None else jids[index])
             if payload is not None:
                 jobs.append((payload, _at(ats[index] if isinstance(ats, Sequence) else ats)))
-        self._send(jobs, now)
-        return [str(payload["jid"]) for payload, _ in jobs]
+        dropped = self._send(jobs, now)
+        return [str(payload["jid"]) for payload, _ in jobs if payload["jid"] not in dropped]
 
     def _prepare(self, fields: _Fields, args: Any, now: float,
                  jid: str | None = None) -> payloads.Payload | None:
@@ -171,24 +176,27 @@ class Client:
             self._round_trip([("SADD", keys.QUEUES, fields.queue),
                               ("LPUSH", keys.queue(fields.queue), *encoded)], [[], jids])
 
-    def _send(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> None:
-        """One round trip: ZADD the future jobs; SADD + one LPUSH per queue for the rest
-        (or, while a testing mode is on, no Redis at all: see :func:`divert`).
+    def _send(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> set[str]:
+        """One round trip: ZADD the future jobs; SADD + one LPUSH per queue for the rest;
+        a unique job with its lock (push_unique.lua) (or, while a testing mode is on, no
+        Redis at all: see :func:`divert`). The jids of the unique jobs dropped.
 
         Each payload is encoded once, here, before anything is sent (TypeError/ValueError
         for a value JSON cannot carry). Raises :class:`EnqueueError` unless every job's
         command succeeded (the ``queues`` index is best effort: a job whose LPUSH
         succeeded is enqueued)."""
         if not jobs:
-            return
+            return set()
         if _diversion is not None:
-            _diversion.push(jobs, now)
-            return
+            return _diversion.push(jobs, now)
         commands: list[tuple[Any, ...]] = []
         carried: list[list[str]] = []  # the jids each command carries ([] for the index)
         immediate: dict[str, list[payloads.Payload]] = {}
         for payload, at in jobs:
-            if at is not None and at > now:
+            if unique.FOR in payload:
+                commands.append(_unique_push(payload, at, now))
+                carried.append([payload["jid"]])
+            elif at is not None and at > now:
                 commands.append(("ZADD", keys.SCHEDULE, at, payloads.encode_bytes(payload)))
                 carried.append([payload["jid"]])
             else:
@@ -198,14 +206,25 @@ class Client:
             commands += [("SADD", keys.QUEUES, queue),
                          ("LPUSH", keys.queue(queue), *map(payloads.encode_bytes, batch))]
             carried += [[], [str(payload["jid"]) for payload in batch]]
-        self._round_trip(commands, carried)
+        results = self._round_trip(commands, carried)
+        return {group[0] for command, group, result in zip(commands, carried, results, strict=True)
+                if command[0] == "EVALSHA" and result == 0}
 
-    def _round_trip(self, commands: list[tuple[Any, ...]], carried: list[list[str]]) -> None:
+    def _round_trip(self, commands: list[tuple[Any, ...]], carried: list[list[str]]
+                    ) -> list[Any]:
         """Send ``commands`` in one write; ``carried`` names the jids each one carries, for
-        the :class:`EnqueueError` raised unless every command that carries jobs succeeded."""
+        the :class:`EnqueueError` raised unless every command that carries jobs succeeded.
+        A script the server did not know (a unique push's) is loaded and its commands sent
+        again: refused with NOSCRIPT, they ran nothing. The replies."""
         try:
-            results = (round_trip(self.redis, commands) if self._kept is None
-                       else self._kept.round_trip(commands))
+            results = self._exchange(commands)
+            unknown = [i for i, result in enumerate(results)
+                       if isinstance(result, redis.exceptions.NoScriptError)]
+            if unknown:
+                self._exchange([("SCRIPT", "LOAD", scripts.source("push_unique"))])
+                again = self._exchange([commands[i] for i in unknown])
+                for i, result in zip(unknown, again, strict=True):
+                    results[i] = result
         except redis.RedisError as exc:
             jids = [jid for group in carried for jid in group]
             sent = not _before_sending(exc)
@@ -213,6 +232,32 @@ class Client:
                                enqueued=[], not_enqueued=[] if sent else jids,
                                unknown=jids if sent else []) from exc
         _check_results(carried, results)
+        return results
+
+    def _exchange(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        return (round_trip(self.redis, commands) if self._kept is None
+                else self._kept.round_trip(commands))
+
+
+def _unique_push(payload: payloads.Payload, at: float | None, now: float) -> tuple[Any, ...]:
+    """The EVALSHA of push_unique.lua that pushes ``payload`` (due at ``at``) with its lock;
+    the payload gains the lock's digest (:mod:`forkq.unique`)."""
+    unique.check(payload)
+    digest = unique.digest(payload["class"], payload["queue"], payload["args"])
+    payload[unique.DIGEST] = digest
+    scheduled = at is not None and at > now
+    if not scheduled:
+        payload["enqueued_at"] = now
+    target = keys.SCHEDULE if scheduled else keys.queue(payload["queue"])
+    return ("EVALSHA", _push_unique_sha(), 3, unique.lock_key(digest), target, keys.QUEUES,
+            payload["jid"], unique.ttl(payload, at, now), payloads.encode_bytes(payload),
+            at if scheduled else "", payload["queue"])
+
+
+@functools.cache
+def _push_unique_sha() -> str:
+    """The SHA-1 of push_unique.lua as served (read at the first unique push)."""
+    return hashlib.sha1(scripts.source("push_unique").encode()).hexdigest()
 
 
 def _check_results(carried: list[list[str]], results: list[Any]) -> None:
@@ -254,6 +299,7 @@ def _fields(item: Mapping[str, Any]) -> _Fields:
     if not isinstance(queue, str) or not queue:
         raise ValueError(f"job queue must be a non-empty string, got {queue!r}")
     extra = {k: v for k, v in item.items() if k not in _BUILT_FIELDS}
+    unique.check(extra)
     jid = item.get("jid")
     return _Fields(name, queue, item.get("retry", True), extra,
                    jid if isinstance(jid, str) else None)

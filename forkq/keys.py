@@ -92,6 +92,9 @@ forkq's own keys:
 - ``forkq:kills:<jid>`` — string, 7 days — how many processors died while running
   this job (a recovery by the leader counts too); at 3 the job goes to the dead set
   instead of back to its queue. *Wrong type:* replaced; the count restarts at 1.
+- ``forkq:unique:<digest>`` — string, ``unique_for`` seconds — a unique job's lock: the jid
+  of the job holding it (:data:`UNIQUE_PREFIX`). *Wrong type:* a unique push of that job
+  raises ``EnqueueError``; releases leave it alone.
 - ``forkq:leader`` — string, ``leader_lease_ttl`` — the scheduler leader's lease: its
   owner token ``<identity>:<scheduler pid>:<8 hex>``, new for every term. Taken only
   when free (``SET NX PX``), renewed and released only by its owner (lease.lua); every
@@ -231,6 +234,11 @@ CANCELS = "forkq:cancels"
 """zset, no TTL — jobs whose cancellation was asked while they were running: jid → the epoch
 until which the request stands (:data:`CANCEL_TTL`); masters stop such a job and remove it."""
 CANCEL_TTL = 3600
+
+
+UNIQUE_PREFIX = "forkq:unique:"
+"""Prefix of a unique job's lock (:mod:`forkq.unique`): taken with the push, released by the
+step that settles the job (success, dead, drop, cancel, burial, or its start)."""
 
 
 def kills(jid: str) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, ParamSpec, overload
 
 from forkq import client as _client
+from forkq import unique
 from forkq.errors import UnknownJobError
 
 P = ParamSpec("P")
@@ -56,7 +57,7 @@ class JobOptions:
                  if k in {"queue", "retry", "backtrace", "retry_in"}}
         extra = {k: v for k, v in overrides.items() if k not in known}
         _check_options(known)
-        _check_extra(extra)
+        _check_extra({**self.extra, **extra})
         return replace(self, extra={**self.extra, **extra}, **known)
 
 
@@ -276,6 +277,7 @@ def _check_extra(extra: dict[str, Any]) -> None:
                             or not 0 < ttl < float("inf")):
         raise ValueError(f"job option result_ttl must be a positive number of seconds, "
                          f"got {ttl!r}")
+    unique.check(extra)
 
 
 def _check_options(options: dict[str, Any]) -> None:

@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 
 from forkq import client as clients
 from forkq import payload as payloads
+from forkq import unique
 from forkq.errors import ForkqError, JobFailedError, ResultTimeoutError
 from forkq.middleware import SERVER, JobContext, ServerChain, running
 from forkq.registry import REGISTRY, Registry
@@ -108,8 +109,10 @@ class Mode:
                  traceback: TracebackType | None) -> None:
         self.stop()
 
-    def _receive(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> None:
-        """Take the jobs of one push (see :class:`forkq.client.Diversion`)."""
+    def _receive(self, jobs: list[tuple[payloads.Payload, float | None]], now: float
+                 ) -> set[str]:
+        """Take the jobs of one push (see :class:`forkq.client.Diversion`); the jids of
+        the unique jobs dropped."""
         raise NotImplementedError
 
     def _run(self, payload: payloads.Payload) -> Any:
@@ -131,8 +134,8 @@ class _ToTheInnermostMode:
     """The client's diversion while any mode is on: the innermost mode takes the pushes and
     answers :func:`forkq.cancel_requested`."""
 
-    def push(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> None:
-        _modes[-1]._receive(jobs, now)
+    def push(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> set[str]:
+        return _modes[-1]._receive(jobs, now)
 
     def cancel_requested(self, jid: str) -> bool:
         return jid in _modes[-1].cancelled
@@ -171,6 +174,7 @@ class _Entry:
     name: str
     queue: str
     at: float | None  # None: queued; else scheduled for this epoch
+    digest: str | None = None  # a unique job's (forkq.unique): one waits per digest
 
     def payload(self) -> payloads.Payload:
         """A fresh decoded copy (what the daemon would run), with ``at`` when scheduled."""
@@ -258,12 +262,22 @@ class Fake(Mode):
                 return pool.pop(first)
         return None
 
-    def _receive(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> None:
-        """Keep a push's jobs: every one encoded first (nothing kept if one cannot be)."""
+    def _receive(self, jobs: list[tuple[payloads.Payload, float | None]], now: float
+                 ) -> set[str]:
+        """Keep a push's jobs: every one encoded first (nothing kept if one cannot be).
+        A unique job (``unique_for``) is dropped while one of the same digest waits here,
+        queued or scheduled: its lock is held until it is drained or cleared."""
         entries = [_encoded(payload, at, now) for payload, at in jobs]
+        dropped: set[str] = set()
         with self._lock:
-            for entry in entries:
+            waiting = {entry.digest for entry in self._queued + self._scheduled}
+            for entry, (payload, _) in zip(entries, jobs, strict=True):
+                if entry.digest is not None and entry.digest in waiting:
+                    dropped.add(payload["jid"])
+                    continue
+                waiting.add(entry.digest)
                 (self._queued if entry.at is None else self._scheduled).append(entry)
+        return dropped
 
     def __repr__(self) -> str:
         return (f"<forkq.testing.Fake: {len(self._queued)} queued, "
@@ -274,11 +288,15 @@ class Inline(Mode):
     """Inline mode: a push runs its jobs at once (scheduled ones too), before it returns;
     a job's exception comes out of the push."""
 
-    def _receive(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> None:
-        """Run a push's jobs in order, every one encoded first (none runs if one cannot be)."""
+    def _receive(self, jobs: list[tuple[payloads.Payload, float | None]], now: float
+                 ) -> set[str]:
+        """Run a push's jobs in order, every one encoded first (none runs if one cannot
+        be). A unique job is never dropped: the one before it has run when its push
+        returned, releasing its lock."""
         entries = [_encoded(payload, None, now) for payload, _ in jobs]
         for entry in entries:
             self._run(entry.payload())
+        return set()
 
     def __repr__(self) -> str:
         return "<forkq.testing.Inline>"
@@ -303,8 +321,13 @@ def _encoded(payload: payloads.Payload, at: float | None, now: float) -> _Entry:
     scheduled = at is not None and at > now
     if not scheduled:
         payload["enqueued_at"] = now
+    digest = None
+    if unique.FOR in payload:  # the payload the daemon would see carries its lock's digest
+        unique.check(payload)
+        digest = payload[unique.DIGEST] = unique.digest(payload["class"], payload["queue"],
+                                                        payload["args"])
     return _Entry(payloads.encode_bytes(payload), payload["class"], payload["queue"],
-                  at if scheduled else None)
+                  at if scheduled else None, digest)
 
 
 def _selector(job: Any, queue: str | None) -> Callable[[_Entry], bool]:

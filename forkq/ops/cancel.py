@@ -4,8 +4,9 @@
 :data:`~forkq.keys.CANCEL_TTL` seconds), then looks for the job where a job moves, in that
 order (:func:`forkq.ops.lookup.find_job`): ``schedule``, each queue, the processors'
 in-flight lists, ``retry``. A job found waiting is removed where it is (``ZREM`` / ``LREM``
-of its exact bytes) and the request withdrawn. A job found in an in-flight list is running
-(or held by a processor about to run it): the request stands, and the job is stopped
+of its exact bytes, with its unique lock: ``remove.lua``) and the request withdrawn. A job
+found in an in-flight list is running (or held by a processor about to run it): the request
+stands, and the job is stopped
 cooperatively, then by force (:mod:`forkq.daemon.master.cancels`): it sees the request at
 once (:func:`forkq.cancel_requested` turns True) and may clean up and return or raise; the
 master of the daemon running it kills its processor (replaced at once) if it still runs it
@@ -33,6 +34,7 @@ import redis
 
 from forkq import keys
 from forkq.ops.lookup import Place, find_job
+from forkq.ops.queues import remove
 from forkq.ops.sorted_sets import DeadSet
 from forkq.printable import printable
 
@@ -110,9 +112,9 @@ def _act(client: redis.Redis, jid: str, places: list[Place]) -> Cancelled:
     dead: Place | None = None
     for place in places:
         klass = place.job.klass
-        if place.kind in _SETS and client.zrem(place.key, place.job.raw):
+        if place.kind in _SETS and remove(client, place.key, place.job.raw, kind="zset"):
             return Cancelled(jid, _SETS[place.kind], place.key, klass)
-        if place.kind == "queued" and client.lrem(place.key, 1, place.job.raw):  # type: ignore[arg-type]
+        if place.kind == "queued" and remove(client, place.key, place.job.raw):
             return Cancelled(jid, "dequeued", place.queue, klass)
         if (place.key.startswith(keys.INFLIGHT_PREFIX) and place.state != "completed"
                 and place.kind in ("running", "in-flight")):

@@ -91,8 +91,9 @@ class Queue:
         return next((job for job in self.jobs() if job.jid == jid), None)
 
     def delete(self, job: JobRecord) -> bool:
-        """Remove that job (by its raw bytes); False if it is no longer there."""
-        return int(self.redis.lrem(self.key, 1, job.raw)) > 0  # type: ignore[arg-type]
+        """Remove that job (by its raw bytes), releasing its unique lock in the same step
+        (``remove.lua``); False if it is no longer there."""
+        return remove(self.redis, self.key, job.raw)
 
     def pause(self) -> bool:
         """Pause the queue across the cluster: every forkq processor's fetch skips it until
@@ -121,3 +122,10 @@ class Queue:
         (``WRONGTYPE forkq: key 'queue:b' holds a string, not a list; ...``), nothing
         changed."""
         return int(script(self.redis, "clear")(keys=[self.key, keys.QUEUES], args=[self.name]))
+
+
+def remove(client: redis.Redis, key: str, job: bytes, *, kind: str = "list") -> bool:
+    """Remove ``job`` (its exact bytes) from ``key``, a queue (``kind`` "list") or a sorted
+    set ("zset"), releasing its unique lock in the same step (``remove.lua``); False if
+    ``key`` no longer holds it."""
+    return int(script(client, "remove")(keys=[key], args=[kind, job])) > 0

@@ -141,11 +141,9 @@ class JobSet:
             return pipe.execute()[1] is not None
 
     def clear(self) -> int:
-        """Empty the set; returns how many entries it held."""
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.zcard(self.name)
-            pipe.unlink(self.name)
-            return int(pipe.execute()[0])
+        """Empty the set, releasing the unique locks of its jobs in the same step
+        (``empty.lua``); returns how many entries it held."""
+        return int(script(self.redis, "empty")(keys=[self.name]))
 
     def retry_all(self) -> int:
         """Retry every entry; returns how many were pushed."""

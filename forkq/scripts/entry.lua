@@ -14,7 +14,8 @@
 --
 -- The member leaves KEYS[1] and its job arrives at the target in one step, so an action
 -- neither loses nor duplicates a job, also when Sidekiq, the leader's mover or another
--- operator races it. Returns 1, or 0 (nothing written) when KEYS[1] no longer holds ARGV[1].
+-- operator races it. A unique job killed or deleted releases its lock in the same step.
+-- Returns 1, or 0 (nothing written) when KEYS[1] no longer holds ARGV[1].
 -- Refuses, changing nothing, when the target key holds another type.
 local bad = false
 if ARGV[2] == "queue" then
@@ -27,6 +28,11 @@ if bad then
 end
 if redis.call("ZREM", KEYS[1], ARGV[1]) == 0 then
   return 0
+end
+if ARGV[2] == "dead" then  -- it will not run again: a unique job's lock goes
+  release_unique(ARGV[3])   -- (the job as written: a parked failure's member has a prefix)
+elseif ARGV[2] == "delete" then
+  release_unique(ARGV[1])
 end
 if ARGV[2] == "queue" then
   redis.call("LPUSH", KEYS[2], ARGV[3])

@@ -19,7 +19,9 @@
 -- failure goes to KEYS[7] as "<mode>|<job>" at the same score, for the leader to file once
 -- KEYS[2] is mended: the processor works on), or "gone" when KEYS[1] no longer holds
 -- ARGV[7] (the leader's orphan sweep gave the job back while this process was cut off:
--- it is queued again, so filing the failure too would run it twice). Counts one processed
+-- it is queued again, so filing the failure too would run it twice). A unique job's lock
+-- is released when the job goes to the dead set or is dropped (a retry keeps it; a parked
+-- failure too, until its filing). Counts one processed
 -- and one failed execution, as Sidekiq (best effort: a counter of the wrong type does not
 -- stop the filing). Refuses, changing nothing, when KEYS[2] and KEYS[7] both hold another
 -- type than a sorted set: the job stays held.
@@ -42,6 +44,9 @@ if mode == "parked" then
   redis.call("ZADD", KEYS[7], ARGV[3], ARGV[1] .. "|" .. ARGV[2])
 elseif mode ~= "drop" then
   redis.call("ZADD", KEYS[2], ARGV[3], ARGV[2])
+end
+if mode == "dead" or mode == "drop" then
+  release_unique(ARGV[2])  -- a unique job's lock goes when it will not run again
 end
 if mode == "dead" then
   redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", ARGV[5])

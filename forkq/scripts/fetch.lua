@@ -10,7 +10,8 @@
 -- KEYS[6..] the queue:<name> lists this processor fetches from
 -- ARGV[1]   the last job the processor completed, or "" for none: if KEYS[1]'s pair number
 --           ARGV[6] holds exactly that job, remove the first ARGV[6] pairs (the jobs it
---           completed, in order) and count them processed
+--           completed, in order), release the locks those of them that are unique jobs
+--           hold (release_unique) and count them processed
 -- ARGV[2]   "1": then fetch; "0": acknowledge only
 -- ARGV[3]   TTL in seconds of the daily stat key
 -- ARGV[4]   "1": when nothing was found, no queue key was skipped and KEYS[6] is not paused,
@@ -67,7 +68,10 @@ local function noted(reply)  -- the registry's damage, reported after everything
 end
 local acked = tonumber(ARGV[6])
 if ARGV[1] ~= "" and redis.call("LINDEX", KEYS[1], 2 * acked - 1) == ARGV[1] then
-  redis.call("LPOP", KEYS[1], 2 * acked)
+  local done = redis.call("LPOP", KEYS[1], 2 * acked)
+  for i = 2, #done, 2 do
+    release_unique(done[i])  -- a unique job's lock goes with its success
+  end
   try("INCRBY", KEYS[2], acked)
   try("INCRBY", KEYS[3], acked)
   try("EXPIRE", KEYS[3], ARGV[3])

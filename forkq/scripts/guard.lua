@@ -66,3 +66,26 @@ local function count_death(key, ttl)
   redis.call("SET", key, deaths, "EX", ttl)
   return deaths
 end
+
+-- Release the lock of a unique job (forkq/unique.py) when `job` (its JSON) holds one: its
+-- "unique_digest" names forkq:unique:<digest>, deleted only while it holds the job's jid
+-- (a lock of the wrong type, or taken since by another push, is left alone). A job that
+-- names no lock costs one plain substring search; a payload cjson cannot read holds none.
+local function release_unique(job)
+  if type(job) ~= "string" or not string.find(job, '"unique_digest"', 1, true) then
+    return
+  end
+  local ok, payload = pcall(cjson.decode, job)
+  if not ok or type(payload) ~= "table" then
+    return
+  end
+  local digest, jid = payload["unique_digest"], payload["jid"]
+  if type(digest) ~= "string" or #digest ~= 40 or not string.match(digest, "^%x+$")
+      or type(jid) ~= "string" then
+    return
+  end
+  local key = "forkq:unique:" .. digest
+  if redis.call("TYPE", key)["ok"] == "string" and redis.call("GET", key) == jid then
+    redis.call("DEL", key)
+  end
+end

@@ -84,6 +84,7 @@ if job then
   end
   if bury then
     outcome = "dropped"
+    release_unique(job)  -- buried: a unique job's lock goes with it (a requeue keeps it)
     if ARGV[5] ~= "" then
       outcome = "dead"
       redis.call("ZADD", KEYS[7], ARGV[7], ARGV[5])

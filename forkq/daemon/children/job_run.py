@@ -5,6 +5,9 @@ caller keeps the bookkeeping: acknowledge a job that completed, file the failure
 that did not. A coroutine job (``async def``) is run to its end by the caller's runner
 (:mod:`forkq.daemon.children.coroutines`) inside the middleware, as a plain body is.
 
+A unique job held until its start (``unique_until: start``, :mod:`forkq.unique`) has its
+lock released just before its body runs.
+
 Contract of :func:`run`: it returns None when the job completed, else the
 :class:`~forkq.daemon.children.failures.Failure` to file: a job that cannot run (malformed,
 unknown class) is buried; an exception of any kind from the middleware or the body
@@ -31,7 +34,7 @@ from typing import Any
 
 import redis
 
-from forkq import keys, results
+from forkq import keys, results, unique
 from forkq import payload as payloads
 from forkq.daemon import logs
 from forkq.daemon.children import coroutines, failures
@@ -40,6 +43,7 @@ from forkq.errors import JobCancelledError, JobError
 from forkq.metrics.recorder import Recorder, job_class
 from forkq.middleware import JobContext, ServerChain, reset_current, set_current
 from forkq.registry import JobSpec, Registry
+from forkq.scripts import script
 from forkq.wording import duration
 
 log = logging.getLogger(__name__)
@@ -77,6 +81,8 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
     context = JobContext(payload["class"], payloads.jid(payload), fetched.queue, payload,
                          payload["args"])
     log.info("%s jid=%s start", context.name, context.jid)
+    if payload.get(unique.UNTIL) == "start":  # a dict lookup per job: no call
+        _release_lock(context, runs, fetched.raw)
     own = timeout_of(payload)
     limit = own or runs.job_timeout
     keep = payloads.result_ttl(payload)
@@ -166,6 +172,16 @@ def _count(runs: Runs, queue: str, payload: payloads.Payload, seconds: float, *,
            failed: bool) -> None:
     if runs.metrics is not None:
         runs.metrics.record(queue, job_class(payload), seconds, failed=failed)
+
+
+def _release_lock(context: JobContext, runs: Runs, raw: bytes) -> None:
+    """Release the lock of a unique job that holds it until it starts (unlock.lua); a
+    refusal or an outage is logged, and the job runs (its lock expires with its TTL)."""
+    try:
+        script(runs.redis, "unlock")(args=[raw])
+    except redis.RedisError as exc:
+        log.warning("%s jid=%s: its unique lock was not released at its start: %s",
+                    context.name, context.jid, exc)
 
 
 def _keep(context: JobContext, store: Callable[[], str | None]) -> None:
