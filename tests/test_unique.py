@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import time
 from typing import Any
@@ -15,12 +16,13 @@ import redis
 
 from forkq import keys, testing, unique
 from forkq.client import Client
+from forkq.daemon.child_process import QUICK_DEATH
 from forkq.ops.cancel import cancel
 from forkq.ops.queues import Queue
 from forkq.ops.sorted_sets import ScheduledSet
 from forkq.registry import job
 
-from .conftest import until
+from .conftest import holding, records, until
 
 APP = "concurrency: 2\nrequire: jobs\n"
 
@@ -231,3 +233,36 @@ def test_inline_mode_runs_every_unique_push() -> None:
         assert unique_record.perform_async(3) is not None
         assert unique_record.perform_async(3) is not None
     assert RAN == [3, 3]
+
+
+@pytest.mark.slow
+def test_a_kill_storm_over_a_thousand_unique_jobs_leaves_no_lock(r: redis.Redis,
+                                                                 daemon: Any) -> None:
+    """50 SIGKILLs of children busy with unique jobs: each victim has lived past the
+    quick-death window (5 s), so the storm meets no respawn backoff and lasts ~50 s."""
+    total = 1000
+    pushed = Client(r).push_bulk({"class": "Sleep", "unique_for": 3600,
+                                  "args": [[random.uniform(0.3, 0.5), str(n)]
+                                           for n in range(total)]})
+    assert len(pushed) == total and len(_locks(r)) == total
+    d = daemon("concurrency: 8\nrequire: jobs\nlog_level: warning\n")
+    d.wait_children(8)
+    killed: set[int] = set()
+    rng = random.Random(5)
+    while len(killed) < 50 and r.llen("queue:default"):
+        time.sleep(0.2)
+        now = time.time()
+        ripe = [c.pid for c in d.children()
+                if c.pid not in killed and now - c.create_time() > QUICK_DEATH + 0.5]
+        if ripe:
+            victim = rng.choice(ripe)
+            os.kill(victim, signal.SIGKILL)
+            killed.add(victim)
+    assert len(killed) == 50, f"the queue ran dry after {len(killed)} kills"
+    ran = lambda: {row["marker"] for row in records(r)}  # noqa: E731
+    until(lambda: len(ran()) + r.zcard("dead") == total, 120,
+          lambda: f"{len(ran())} ran, {r.zcard('dead')} dead; log:\n{d.log()}")
+    until(lambda: r.llen("queue:default") == 0 and not holding(r), 30, d.log)
+    until(lambda: not _locks(r), 10, lambda: f"{len(_locks(r))} locks left")
+    print(f"{len(killed)} children killed over {total} unique jobs: {len(ran())} ran, "
+          f"{r.zcard('dead')} buried; 0 locks left")
