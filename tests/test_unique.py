@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import time
 from typing import Any
@@ -23,6 +24,7 @@ from forkq.ops.sorted_sets import ScheduledSet
 from forkq.registry import job
 
 from .conftest import holding, records, until
+from .test_job_lookup import Forkq
 
 APP = "concurrency: 2\nrequire: jobs\n"
 
@@ -266,3 +268,20 @@ def test_a_kill_storm_over_a_thousand_unique_jobs_leaves_no_lock(r: redis.Redis,
     until(lambda: not _locks(r), 10, lambda: f"{len(_locks(r))} locks left")
     print(f"{len(killed)} children killed over {total} unique jobs: {len(ran())} ran, "
           f"{r.zcard('dead')} buried; 0 locks left")
+
+
+@pytest.mark.process
+def test_forkq_job_shows_the_unique_lock_a_job_holds(r: redis.Redis, server: Any) -> None:
+    client = Client(r)
+    jid = client.push(_item("Record", "shown"))
+    plain = client.push({"class": "Record", "args": ["plain"]})
+    cli = Forkq(server)
+    out, _ = cli.text("job", str(jid))
+    key = _key_of("shown")
+    assert re.search(rf"lock +{key}: held by this job, (9|10)m \d\ds left", out), out
+    data = cli.json("job", str(jid))
+    assert data["lock"]["key"] == key and data["lock"]["holder"] == jid
+    assert 590 < data["lock"]["ttl"] <= 600
+    assert cli.json("job", str(plain))["lock"] is None
+    r.delete(key)
+    assert f"lock       {key}: free" in cli.text("job", str(jid))[0]

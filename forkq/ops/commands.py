@@ -33,7 +33,7 @@ from typing import Any
 import redis
 
 from forkq import client as clients
-from forkq import keys
+from forkq import keys, unique
 from forkq.connection import text
 from forkq.errors import (
     EXIT_DATAERR,
@@ -369,12 +369,42 @@ def job(client: redis.Redis, args: argparse.Namespace) -> Outcome:
         message = f"job {args.jid} not found"
         return Outcome({**data, "error": message}, "", EXIT_NOT_FOUND, [*notes, message])
     now = time.time()
-    text = "\n\n".join(_place_text(place, now) for place in found.places)
+    lock = unique_lock(client, found.places[0].job.item)
+    data["lock"] = lock
+    text = "\n\n".join(_place_text(place, now, lock) for place in found.places)
     return Outcome(data, text, EXIT_OK, notes)
 
 
-def _place_text(place: Place, now: float) -> str:
-    """A job in one place: a headline, then its fields, the error and backtrace whole."""
+def unique_lock(client: redis.Redis, item: dict[str, Any]) -> dict[str, Any] | None:
+    """The unique lock a job names (:mod:`forkq.unique`), read now: its ``key``, the jid
+    that ``holder`` holds it (None: free) and its ``ttl`` in seconds; None when the job
+    names no lock."""
+    lock = unique.lock_of(item)
+    if lock is None:
+        return None
+    key = lock[0]
+    with client.pipeline(transaction=False) as pipe:
+        pipe.get(key)
+        pipe.ttl(key)
+        try:
+            holder, ttl = pipe.execute()
+        except redis.ResponseError:  # a key of another type: no lock there
+            holder, ttl = None, -2
+    return {"key": key, "holder": text(holder) if holder else None,
+            "ttl": ttl if ttl >= 0 else None}
+
+
+def _lock_text(lock: dict[str, Any], jid: str) -> str:
+    if lock["holder"] is None:
+        return f"{lock['key']}: free"
+    whose = "this job" if lock["holder"] == jid else f"job {lock['holder']}"
+    left = f", {duration(lock['ttl'])} left" if lock["ttl"] is not None else ""
+    return f"{lock['key']}: held by {whose}{left}"
+
+
+def _place_text(place: Place, now: float, lock: dict[str, Any] | None = None) -> str:
+    """A job in one place: a headline, then its fields (its unique ``lock``, if it names
+    one), the error and backtrace whole."""
     record = place.job
     fields = [("class", record.klass), ("args", json.dumps(record.args, ensure_ascii=False)),
               ("queue", place.queue or record.queue), ("key", place.key),
@@ -382,6 +412,8 @@ def _place_text(place: Place, now: float) -> str:
               ("enqueued", tables.moment(record.enqueued_at, now))]
     if record.retry_count is not None:
         fields.append(("retries", str(record.retry_count)))
+    if lock is not None:
+        fields.append(("lock", _lock_text(lock, str(record.jid))))
     if record.error_class or record.error_message:
         fields.append(("error", f"{record.error_class}: {record.error_message}"))
     if record.error_backtrace:
