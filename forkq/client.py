@@ -139,7 +139,7 @@ class Client:
         fields = _fields(item)
         jids = payloads.new_jids(len(arg_lists)) if fields.jid is None else None
         if (jids is not None and ats is None and not self.middleware and _diversion is None
-                and unique.FOR not in fields.extra):
+                and unique.FOR not in fields.extra and "expires_in" not in fields.extra):
             self._push_now(fields, arg_lists, jids, now)  # the common case, encoded at once
             return jids
         jobs: list[tuple[payloads.Payload, float | None]] = []
@@ -187,6 +187,8 @@ class Client:
         succeeded is enqueued)."""
         if not jobs:
             return set()
+        for payload, at in jobs:
+            payloads.stamp_expiry(payload, at, now)
         if _diversion is not None:
             return _diversion.push(jobs, now)
         commands: list[tuple[Any, ...]] = []
@@ -300,6 +302,8 @@ def _fields(item: Mapping[str, Any]) -> _Fields:
         raise ValueError(f"job queue must be a non-empty string, got {queue!r}")
     extra = {k: v for k, v in item.items() if k not in _BUILT_FIELDS}
     unique.check(extra)
+    if "expires_in" in extra:
+        payloads.check_expires_in(extra["expires_in"])
     jid = item.get("jid")
     return _Fields(name, queue, item.get("retry", True), extra,
                    jid if isinstance(jid, str) else None)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
 import secrets
 from collections.abc import Sequence
 from typing import Any
@@ -194,6 +195,31 @@ def number_field(payload: Payload, name: str) -> float | None:
         return float(value)
     except OverflowError:  # an integer beyond float range
         return None
+
+
+def check_expires_in(value: Any) -> None:
+    """TypeError/ValueError naming ``expires_in`` unless it is a positive number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expires_in must be a number of seconds, got {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"expires_in must be a positive number of seconds, got {value!r}")
+
+
+def stamp_expiry(payload: Payload, at: float | None, now: float) -> None:
+    """Give a job with ``expires_in`` its ``expires_at``: the epoch after which it is not
+    started (Sidekiq Pro's expiring jobs), counted from when it is due (``at``, else now)."""
+    if "expires_in" in payload:
+        start = at if at is not None and at > now else now
+        payload["expires_at"] = start + float(payload["expires_in"])
+
+
+def expired(payload: Payload, now: float) -> float | None:
+    """Seconds since the job's ``expires_at`` passed, or None when it has not (or the job
+    has none: absent, or not a finite number)."""
+    value = number_field(payload, "expires_at")
+    if value is None or not math.isfinite(value) or now <= value:
+        return None
+    return now - value
 
 
 MAX_RESULT_TTL = 10 * 365 * 24 * 3600

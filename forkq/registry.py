@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, ParamSpec, overload
 
 from forkq import client as _client
+from forkq import payload as payloads
 from forkq import unique
 from forkq.errors import UnknownJobError
 
@@ -278,6 +279,8 @@ def _check_extra(extra: dict[str, Any]) -> None:
         raise ValueError(f"job option result_ttl must be a positive number of seconds, "
                          f"got {ttl!r}")
     unique.check(extra)
+    if "expires_in" in extra:
+        payloads.check_expires_in(extra["expires_in"])
 
 
 def _check_options(options: dict[str, Any]) -> None:

@@ -223,7 +223,8 @@ class Fake(Mode):
               include_scheduled: bool = False, limit: int = DRAIN_LIMIT) -> int:
         """Run the matching queued jobs, oldest first, until none is left, those the jobs
         push included; with ``include_scheduled``, then the scheduled ones as if their time
-        had come, soonest first. Returns how many ran.
+        had come, soonest first. A job whose ``expires_at`` has passed is dropped without
+        running, as the daemon does. Returns how many ran.
 
         Each job leaves the queue before it runs: when one raises, the exception
         propagates, the jobs before it have run and the others are still here. More than
@@ -239,6 +240,8 @@ class Fake(Mode):
             if entry.at is not None:  # moved to its queue now, as the scheduler does
                 del payload["at"]
                 payload["enqueued_at"] = time.time()
+            if payloads.expired(payload, time.time()) is not None:
+                continue  # its expires_at passed: dropped unrun, as the daemon does
             ran += 1
             self._run(payload)
         return ran

@@ -52,12 +52,14 @@ class Counts:
     micros: int = 0  # every run's time, failures included
     sidekiq_buckets: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     le_buckets: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    expired: int = 0  # jobs not run: their expires_at had passed (no run, no time)
 
     def add(self, other: Counts) -> None:
         self.runs += other.runs
         self.failures += other.failures
         self.success_ms += other.success_ms
         self.micros += other.micros
+        self.expired += other.expired
         for index, count in other.sidekiq_buckets.items():
             self.sidekiq_buckets[index] += count
         for index, count in other.le_buckets.items():
@@ -93,6 +95,14 @@ class Recorder:
             else:
                 counts.success_ms += ms
                 counts.sidekiq_buckets[bisect.bisect_right(layout.EDGES_MS, ms)] += 1
+
+    def expire(self, queue: str, klass: str) -> None:
+        """Count one job of ``klass`` from ``queue`` not run because it had expired."""
+        with self._lock:
+            counts = self._batch.get((queue, klass))
+            if counts is None:
+                counts = self._batch[(queue, klass)] = Counts()
+            counts.expired += 1
 
     def drain(self) -> Batch:
         """Take everything counted so far (the heartbeat writes it)."""
@@ -173,6 +183,8 @@ def _sidekiq_fields(counts: Counts) -> list[tuple[str, int]]:
 
 def _forkq_fields(counts: Counts) -> list[tuple[str, int]]:
     fields = [("p", counts.runs), ("us", counts.micros)]
+    if counts.expired:
+        fields.append(("x", counts.expired))
     if counts.failures:
         fields.append(("f", counts.failures))
     fields.extend((f"b{index}", count) for index, count in sorted(counts.le_buckets.items()))

@@ -78,6 +78,8 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
     except JobError as exc:
         log.error("queue %s: %s; moved to the dead set", fetched.queue, exc)
         return failures.unrunnable(fetched.raw, fetched.queue, exc, now)
+    if "expires_at" in payload and _expired(fetched, runs, payload, now):
+        return None  # acknowledged as done: never started
     context = JobContext(payload["class"], payloads.jid(payload), fetched.queue, payload,
                          payload["args"])
     log.info("%s jid=%s start", context.name, context.jid)
@@ -172,6 +174,19 @@ def _count(runs: Runs, queue: str, payload: payloads.Payload, seconds: float, *,
            failed: bool) -> None:
     if runs.metrics is not None:
         runs.metrics.record(queue, job_class(payload), seconds, failed=failed)
+
+
+def _expired(fetched: Fetched, runs: Runs, payload: payloads.Payload, now: float) -> bool:
+    """Whether the job's ``expires_at`` has passed (Sidekiq Pro's expiring jobs): then it
+    is logged and counted, not run."""
+    late = payloads.expired(payload, now)
+    if late is None:
+        return False
+    log.info("%s jid=%s expired %s ago: not run", payload["class"], payloads.jid(payload),
+             duration(late))
+    if runs.metrics is not None:
+        runs.metrics.expire(fetched.queue, job_class(payload))
+    return True
 
 
 def _release_lock(context: JobContext, runs: Runs, raw: bytes) -> None:
