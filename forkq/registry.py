@@ -26,7 +26,23 @@ from forkq.errors import UnknownJobError
 
 P = ParamSpec("P")
 
-RetryIn = Callable[[int, BaseException], float]
+RetryIn = Callable[[int, BaseException], Any]
+
+
+Exceptions = tuple[type[BaseException], ...]
+
+
+@dataclass(frozen=True)
+class RetryRules:
+    """A job's own retry rules (its registered options, never read from a payload):
+    ``retry`` (true / false / int), ``retry_in(count, exc)`` (a base delay in seconds, or
+    ``"kill"`` / ``"discard"``), the exception classes it retries (``retry_on``; None:
+    every one; any other goes to the dead set at once) and those it drops (``discard_on``)."""
+
+    retry: bool | int = True
+    retry_in: RetryIn | None = None
+    retry_on: Exceptions | None = None
+    discard_on: Exceptions = ()
 
 
 @dataclass(frozen=True)
@@ -44,6 +60,12 @@ class JobOptions:
     backtrace: bool | int = False
     retry_in: RetryIn | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    retry_on: Exceptions | None = None
+    discard_on: Exceptions = ()
+
+    def rules(self) -> RetryRules:
+        """What a failure of the job is planned by."""
+        return RetryRules(self.retry, self.retry_in, self.retry_on, self.discard_on)
 
     def payload_options(self) -> dict[str, Any]:
         """Options that travel in the payload, besides queue and retry."""
@@ -54,8 +76,10 @@ class JobOptions:
 
     def merged(self, **overrides: Any) -> JobOptions:
         """A copy with ``overrides`` applied; unknown names go to ``extra``."""
-        known = {k: v for k, v in overrides.items()
-                 if k in {"queue", "retry", "backtrace", "retry_in"}}
+        known = {k: v for k, v in overrides.items() if k in _OPTIONS}
+        for name in ("retry_on", "discard_on"):
+            if name in known:
+                known[name] = _exceptions(name, known[name])
         extra = {k: v for k, v in overrides.items() if k not in known}
         _check_options(known)
         _check_extra({**self.extra, **extra})
@@ -186,6 +210,8 @@ def job(
     retry: bool | int = True,
     backtrace: bool | int = False,
     retry_in: RetryIn | None = None,
+    retry_on: type[BaseException] | Exceptions | None = None,
+    discard_on: type[BaseException] | Exceptions = (),
     registry: Registry = REGISTRY,
     **extra: Any,
 ) -> Callable[[Callable[P, Any]], JobFunction[P]]: ...
@@ -199,19 +225,26 @@ def job(
     retry: bool | int = True,
     backtrace: bool | int = False,
     retry_in: RetryIn | None = None,
+    retry_on: type[BaseException] | Exceptions | None = None,
+    discard_on: type[BaseException] | Exceptions = (),
     registry: Registry = REGISTRY,
     **extra: Any,
 ) -> Any:
     """Register a function as a job: ``@job`` or ``@job(queue="critical", retry=5)``.
+    ``retry_on`` / ``discard_on``: an exception class or a tuple of them (see
+    :class:`RetryRules`).
 
     The function stays callable as before and gains ``perform_async`` and friends.
     Only JSON-native arguments can be enqueued.
     """
 
     def register(target: Callable[..., Any]) -> JobFunction[Any]:
-        _check_options({"queue": queue, "retry": retry, "backtrace": backtrace})
+        _check_options({"queue": queue, "retry": retry, "backtrace": backtrace,
+                        "retry_in": retry_in})
         _check_extra(extra)
-        options = JobOptions(queue, retry, backtrace, retry_in, dict(extra))
+        options = JobOptions(queue, retry, backtrace, retry_in, dict(extra),
+                             None if retry_on is None else _exceptions("retry_on", retry_on),
+                             _exceptions("discard_on", discard_on))
         wire_name = name or f"{target.__module__}.{target.__qualname__}"
         registry.register(JobSpec(wire_name, target, options))
         return JobFunction(target, wire_name, options)
@@ -281,6 +314,20 @@ def _check_extra(extra: dict[str, Any]) -> None:
     unique.check(extra)
     if "expires_in" in extra:
         payloads.check_expires_in(extra["expires_in"])
+
+
+_OPTIONS = frozenset({"queue", "retry", "backtrace", "retry_in", "retry_on", "discard_on"})
+"""The options that stay in the job's registration (the others travel in the payload)."""
+
+
+def _exceptions(name: str, value: Any) -> Exceptions:
+    """``value`` (an exception class or a tuple of them) as a tuple; TypeError naming the
+    option otherwise."""
+    found = value if isinstance(value, tuple) else (value,)
+    if not all(isinstance(item, type) and issubclass(item, BaseException) for item in found):
+        raise TypeError(f"job option {name} must be an exception class or a tuple of them, "
+                        f"got {value!r}")
+    return found
 
 
 def _check_options(options: dict[str, Any]) -> None:

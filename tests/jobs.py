@@ -302,3 +302,9 @@ def close_stderr() -> None:
     it ran."""
     sys.stderr.close()
     _note("test:ran", jid="close_stderr", pid=os.getpid())
+
+
+@job(name="picky", retry_on=TimeoutError, discard_on=KeyError)
+def picky(kind: str) -> None:
+    """Raises what ``kind`` names: retried (TimeoutError), dropped (KeyError), dead (else)."""
+    raise {"timeout": TimeoutError, "key": KeyError}.get(kind, ValueError)(kind)

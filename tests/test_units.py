@@ -29,7 +29,7 @@ from forkq.daemon.signals import SelfPipe
 from forkq.daemon.watch_token import WatchToken
 from forkq.errors import MalformedJobError, UnknownJobError
 from forkq.middleware import Chain
-from forkq.registry import Job, Registry
+from forkq.registry import Job, Registry, RetryRules
 from forkq.registry import job as job_decorator
 
 
@@ -155,7 +155,7 @@ def test_a_null_or_wrong_typed_retry_takes_the_job_s_registered_option(
     """As Sidekiq's job_retry.rb does for a nil ``retry``: the job class's option."""
     payload = {"class": "Boom", "args": [], "jid": "a" * 24, "queue": "q", "retry": field}
     failure = failures.plan(payload, ValueError("bad"), max_retries=25, rng=random.Random(0),
-                            now=1.0, retry=registered)
+                            now=1.0, rules=RetryRules(retry=registered))
     assert failure.mode == mode
 
 
@@ -218,8 +218,40 @@ def test_retry_in_sets_the_base_delay_and_a_faulty_one_falls_back_to_the_default
                                 (lambda c, e: "soon", 15, 24), (None, 15, 24)]:
         payload = job.build("X", [], queue="q", now=1.0)
         planned = failures.plan(payload, exc, max_retries=25, rng=random.Random(0), now=0.0,
-                             retry_in=retry_in)
+                                rules=RetryRules(retry_in=retry_in))
         assert planned.mode == "retry" and low <= planned.score <= high, (retry_in, planned)
+
+
+@pytest.mark.parametrize(("rules", "error", "mode"), [
+    (RetryRules(discard_on=(ValueError,)), ValueError("x"), "drop"),
+    (RetryRules(discard_on=(ValueError,)), KeyError("x"), "retry"),
+    (RetryRules(retry_on=(TimeoutError,)), TimeoutError("x"), "retry"),
+    (RetryRules(retry_on=(TimeoutError,)), ValueError("x"), "dead"),
+    (RetryRules(retry_on=(OSError,), discard_on=(TimeoutError,)), TimeoutError("x"), "drop"),
+    (RetryRules(retry_in=lambda count, exc: "kill"), ValueError("x"), "dead"),
+    (RetryRules(retry_in=lambda count, exc: "discard"), ValueError("x"), "drop"),
+    (RetryRules(retry_in=lambda count, exc: "later"), ValueError("x"), "retry"),
+    (RetryRules(retry=0, discard_on=(ValueError,)), ValueError("x"), "drop"),
+])
+def test_retry_rules_by_exception_come_before_the_retry_count(
+        rules: RetryRules, error: Exception, mode: str) -> None:
+    payload = job.build("X", [], queue="q", now=1.0)
+    assert failures.plan(payload, error, max_retries=25, rng=random.Random(0), now=2.0,
+                         rules=rules).mode == mode
+
+
+def test_retry_on_and_discard_on_take_a_class_or_a_tuple_of_them() -> None:
+    registry = Registry()
+    single = job_decorator(name="r1", registry=registry, retry_on=TimeoutError)(lambda: None)
+    assert single.options.retry_on == (TimeoutError,)
+    both = job_decorator(name="r2", registry=registry, discard_on=(KeyError, ValueError))(
+        lambda: None)
+    assert both.options.rules().discard_on == (KeyError, ValueError)
+    assert single.set(retry_on=OSError).perform_async is not None
+    with pytest.raises(TypeError, match="retry_on must be an exception class"):
+        job_decorator(name="r3", registry=registry, retry_on="TimeoutError")(lambda: None)
+    with pytest.raises(TypeError, match="discard_on must be an exception class"):
+        job_decorator(name="r4", registry=registry, discard_on=(ValueError, 3))(lambda: None)
 
 
 def test_backtrace_is_rubys_mime_base64() -> None:

@@ -8,7 +8,10 @@ the dead set at once, ``false`` drops it (counted as failed, kept nowhere).
 also goes to the dead set once ``failed_at + retry_for`` has passed. The delay is
 ``count**4 + 15 + rand(10)*(count+1)`` seconds, where a job's ``retry_in(count, exc)``
 may replace ``count**4`` (if it raises or returns something other than a number,
-``count**4`` stays). The
+``count**4`` stays), or return ``"kill"`` (to the dead set now) or ``"discard"`` (dropped).
+Rules by exception come first: an exception of the job's ``discard_on`` classes drops the
+job, and with ``retry_on`` given an exception of no class in it goes to the dead set at once
+(:class:`~forkq.registry.RetryRules`). The
 queue becomes ``retry_queue`` when the payload has one. ``error_backtrace`` is
 ``base64(zlib(JSON(lines)))`` with Ruby's 60-column MIME lines.
 
@@ -32,6 +35,7 @@ from typing import Any, Literal
 from forkq import keys
 from forkq import payload as payloads
 from forkq.errors import JobCancelledError
+from forkq.registry import RetryRules
 from forkq.scripts import script
 
 log = logging.getLogger(__name__)
@@ -41,6 +45,10 @@ MAX_DELAY = 10 * 365 * 24 * 3600.0  # a retry is never scheduled more than 10 ye
 
 
 Mode = Literal["retry", "dead", "drop"]
+
+
+DEFAULT_RULES = RetryRules()
+"""A job's rules when it sets none (an unregistered class's, for one)."""
 
 
 @dataclass(frozen=True)
@@ -137,12 +145,11 @@ def plan(
     max_retries: int,
     rng: random.Random,
     now: float,
-    retry_in: Any = None,
-    retry: bool | int = True,
+    rules: RetryRules = DEFAULT_RULES,
 ) -> Failure:
-    """Decide where a job that raised ``exc`` goes and rewrite its payload accordingly;
-    ``retry`` is the job's registered option (:func:`retry_option`)."""
-    allowed = allowed_retries(retry_option(payload, retry), max_retries)
+    """Decide where a job that raised ``exc`` goes and rewrite its payload accordingly,
+    by the job's ``rules``."""
+    allowed = allowed_retries(retry_option(payload, rules.retry), max_retries)
     count = record_error(payload, error_class_name(exc), error_message(exc), now)
     limit = payloads.backtrace_limit(payload)
     if limit is not None:
@@ -150,11 +157,16 @@ def plan(
         payload["error_backtrace"] = compress_backtrace(lines if limit < 0 else lines[:limit])
     if isinstance(exc, JobCancelledError):  # never retried, whatever the job's options
         return replace(bury(payload, now), withdraw=payloads.jid(payload))
-    if allowed is None:
+    if allowed is None or isinstance(exc, rules.discard_on):
         return Failure("drop", payloads.encode(payload), now)
+    if rules.retry_on is not None and not isinstance(exc, rules.retry_on):
+        return bury(payload, now)
     if count < allowed and not _window_closed(payload, now):
-        base = _base_delay(retry_in, count, exc)
-        return Failure("retry", payloads.encode(payload), _due(now, count, rng, base))
+        base = _base_delay(rules.retry_in, count, exc)
+        if base == "discard":
+            return Failure("drop", payloads.encode(payload), now)
+        if base != "kill":
+            return Failure("retry", payloads.encode(payload), _due(now, count, rng, base))
     return bury(payload, now)
 
 
@@ -176,8 +188,10 @@ def _window_closed(payload: payloads.Payload, now: float) -> bool:
     return failed_at + window < now
 
 
-def _base_delay(retry_in: Any, count: int, exc: BaseException) -> float | None:
-    """The job's own base delay, or None for the default; application errors are contained."""
+def _base_delay(retry_in: Any, count: int, exc: BaseException
+                ) -> float | Literal["kill", "discard"] | None:
+    """The job's own base delay, ``"kill"`` / ``"discard"``, or None for the default;
+    application errors are contained."""
     if retry_in is None:
         return None
     try:
@@ -185,6 +199,8 @@ def _base_delay(retry_in: Any, count: int, exc: BaseException) -> float | None:
     except Exception:  # a faulty retry_in must not lose the failure
         log.exception("retry_in failed; using the default delay")
         return None
+    if value in ("kill", "discard"):
+        return value  # type: ignore[no-any-return]
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     try:

@@ -132,8 +132,7 @@ def _failed(fetched: Fetched, runs: Runs, context: JobContext, *, spec: JobSpec,
     error = cancelled or exc
     assert error is not None  # exc is None only for a job that saw its cancellation
     failure = failures.plan(payloads.decode(fetched.raw), error, max_retries=runs.max_retries,
-                            rng=runs.rng, now=time.time(), retry_in=spec.options.retry_in,
-                            retry=spec.options.retry)
+                            rng=runs.rng, now=time.time(), rules=spec.options.rules())
     level = logging.WARNING if cancelled else FAILURE_LEVELS[failure.mode]
     trace = None if exc is None or isinstance(exc, JobCancelledError) else exc
     log.log(level, "%s jid=%s fail: %s: %s: %s -> %s", context.name, context.jid,

@@ -55,7 +55,7 @@ from forkq.daemon.children import failures
 from forkq.daemon.children.fetch import Done
 from forkq.errors import JobCancelledError, JobTimeoutError, MalformedJobError
 from forkq.metrics.recorder import Recorder, check_replies, job_class, queue_writes
-from forkq.registry import Registry
+from forkq.registry import Registry, RetryRules
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +154,5 @@ def _kill_failure(held: held_jobs.Held, gone: Gone, registry: Registry, max_retr
                                 "its processor was killed")
     spec = registry.find(payload["class"])
     failure = failures.plan(payload, error, max_retries=max_retries, rng=rng, now=now,
-                            retry_in=spec.options.retry_in if spec else None,
-                            retry=spec.options.retry if spec else True)
+                            rules=spec.options.rules() if spec else RetryRules())
     return failure, str(error)
