@@ -3,13 +3,15 @@
 Public surface: :func:`job`, :class:`Job`, :class:`Client`, :func:`cancel_requested`,
 :func:`current_job`, :func:`result`, the middleware chains
 ``client_middleware`` / ``server_middleware``, the lifecycle hooks
-``on_child_boot`` / ``on_child_exit``, and ``__version__``.
+``on_child_boot`` / ``on_child_exit``, the rate and concurrency limiters
+(:mod:`forkq.limiter`, raising :class:`OverLimit`), and ``__version__``.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from forkq import limiter
 from forkq.client import Client, cancel_requested, result
 from forkq.errors import (
     EnqueueError,
@@ -17,6 +19,7 @@ from forkq.errors import (
     JobFailedError,
     JobKilledError,
     JobTimeoutError,
+    OverLimit,
     ResultTimeoutError,
 )
 from forkq.hooks import on_child_boot, on_child_exit
@@ -33,12 +36,14 @@ __all__ = [
     "JobFailedError",
     "JobKilledError",
     "JobTimeoutError",
+    "OverLimit",
     "ResultTimeoutError",
     "__version__",
     "cancel_requested",
     "client_middleware",
     "current_job",
     "job",
+    "limiter",
     "on_child_boot",
     "on_child_exit",
     "result",

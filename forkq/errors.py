@@ -58,8 +58,19 @@ class JobCancelledError(ForkqError):
     never retried."""
 
 
+class OverLimit(ForkqError):  # noqa: N818 - the public name (Sidekiq Enterprise's OverLimit)
+    """A limiter (:mod:`forkq.limiter`) had no room within its ``wait_timeout``. Inside a
+    job, escaping the job reschedules it rather than failing it."""
+
+    def __init__(self, message: str, *, limiter: str = "") -> None:
+        super().__init__(message)
+        self.limiter = limiter
+
+
 # Their ``error_class`` in retry and dead entries reads ``forkq.JobTimeoutError``.
 JobTimeoutError.__module__ = JobKilledError.__module__ = JobCancelledError.__module__ = "forkq"
+OverLimit.__module__ = "forkq"
+
 
 
 class EnqueueError(ForkqError):

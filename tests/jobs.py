@@ -308,3 +308,29 @@ def close_stderr() -> None:
 def picky(kind: str) -> None:
     """Raises what ``kind`` names: retried (TimeoutError), dropped (KeyError), dead (else)."""
     raise {"timeout": TimeoutError, "key": KeyError}.get(kind, ValueError)(kind)
+
+
+@job(name="rated")
+def rated(n: int, limit: int) -> None:
+    """Enters the window limiter ``api`` (``limit`` per sliding second) and records when it
+    was admitted (the server's clock, as the limiter keeps it)."""
+    with forkq.limiter.window("api", limit, 1.0, wait_timeout=120) as api:
+        clients.default().redis.rpush("test:admitted", repr(api.admitted_at))
+
+
+HELD = forkq.limiter.concurrent("held", 1, lock_timeout=600, wait_timeout=0)
+
+
+@job(name="holding")
+def holding(marker: str) -> None:
+    """Holds the concurrent limiter ``held`` until a test pushes to ``test:gate:<marker>``."""
+    with HELD:
+        _note("test:started", marker=marker, pid=os.getpid())
+        clients.default().redis.blpop([f"test:gate:{marker}"], timeout=60)
+
+
+@job(name="over")
+def over() -> None:
+    """Enters a full concurrent limiter without waiting: OverLimit escapes."""
+    with forkq.limiter.concurrent("full", 1, wait_timeout=0):
+        pass

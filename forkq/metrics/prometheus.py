@@ -7,7 +7,9 @@ Series (docs/metrics.md, "Prometheus", lists them too):
   ``forkq_jobs_failed_total{queue,job_class}`` counter — failed runs, and
   ``forkq_job_runtime_seconds{queue,job_class}`` histogram — every run's duration, on
   Sidekiq's bucket edges (20 ms … 335 s), and ``forkq_jobs_expired_total{queue,job_class}``
-  counter — jobs not run because their ``expires_at`` had passed: from
+  counter — jobs not run because their ``expires_at`` had passed, and
+  ``forkq_jobs_overrated_total{queue,job_class}`` counter — runs a limiter's ``OverLimit``
+  ended, rescheduled: from
   ``forkq:metrics:jobs``, all time;
 - ``forkq_processed_total`` / ``forkq_failed_total`` counters — Sidekiq's ``stat:processed``
   / ``stat:failed`` (every Sidekiq-compatible process, Ruby too);
@@ -156,14 +158,17 @@ def _job_series(snap: Snapshot) -> Iterator[Family]:
                      "Duration of job runs, failures included.")
     expired = Family("forkq_jobs_expired_total", "counter",
                      "Jobs not run because their expires_at had passed (not counted as runs).")
+    overrated = Family("forkq_jobs_overrated_total", "counter",
+                       "Runs a limiter's OverLimit ended, rescheduled (not failures).")
     for (queue, klass), metrics in sorted(snap.jobs.items()):
         series = {"queue": queue, "job_class": klass}
         label_text = text_format.labels(**series)
         processed.add(metrics.get("p", 0), label_text)
         failed.add(metrics.get("f", 0), label_text)
         expired.add(metrics.get("x", 0), label_text)
+        overrated.add(metrics.get("o", 0), label_text)
         runtime.add_histogram(series, _buckets(metrics), metrics.get("us", 0) / 1e6)
-    yield from (processed, failed, runtime, expired)
+    yield from (processed, failed, runtime, expired, overrated)
 
 
 def _buckets(metrics: dict[str, int]) -> list[tuple[str, float]]:

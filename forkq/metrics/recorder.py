@@ -32,7 +32,7 @@ import logging
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import redis
 
@@ -53,6 +53,7 @@ class Counts:
     sidekiq_buckets: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     le_buckets: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     expired: int = 0  # jobs not run: their expires_at had passed (no run, no time)
+    overrated: int = 0  # runs ended by a limiter's OverLimit, rescheduled (not failures)
 
     def add(self, other: Counts) -> None:
         self.runs += other.runs
@@ -60,6 +61,7 @@ class Counts:
         self.success_ms += other.success_ms
         self.micros += other.micros
         self.expired += other.expired
+        self.overrated += other.overrated
         for index, count in other.sidekiq_buckets.items():
             self.sidekiq_buckets[index] += count
         for index, count in other.le_buckets.items():
@@ -96,13 +98,14 @@ class Recorder:
                 counts.success_ms += ms
                 counts.sidekiq_buckets[bisect.bisect_right(layout.EDGES_MS, ms)] += 1
 
-    def expire(self, queue: str, klass: str) -> None:
-        """Count one job of ``klass`` from ``queue`` not run because it had expired."""
+    def note(self, queue: str, klass: str, what: Literal["expired", "overrated"]) -> None:
+        """Count one job of ``klass`` from ``queue`` that ``what``: not run because it had
+        expired, or rescheduled by a limiter's OverLimit (neither is a run)."""
         with self._lock:
             counts = self._batch.get((queue, klass))
             if counts is None:
                 counts = self._batch[(queue, klass)] = Counts()
-            counts.expired += 1
+            setattr(counts, what, getattr(counts, what) + 1)
 
     def drain(self) -> Batch:
         """Take everything counted so far (the heartbeat writes it)."""
@@ -185,6 +188,8 @@ def _forkq_fields(counts: Counts) -> list[tuple[str, int]]:
     fields = [("p", counts.runs), ("us", counts.micros)]
     if counts.expired:
         fields.append(("x", counts.expired))
+    if counts.overrated:
+        fields.append(("o", counts.overrated))
     if counts.failures:
         fields.append(("f", counts.failures))
     fields.extend((f"b{index}", count) for index, count in sorted(counts.le_buckets.items()))

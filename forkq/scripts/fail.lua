@@ -4,7 +4,8 @@
 -- KEYS[2]  the sorted set to file into: retry or dead (ignored when ARGV[1] is "drop")
 -- KEYS[3]  stat:processed   KEYS[4] stat:processed:<date>
 -- KEYS[5]  stat:failed      KEYS[6] stat:failed:<date>
--- ARGV[1]  "retry" | "dead" | "drop"
+-- ARGV[1]  "retry" | "dead" | "drop" | "reschedule" (an over-limit job back to schedule:
+--          filed as a retry is, but counted neither processed nor failed)
 -- ARGV[2]  the job JSON with its error fields (Sidekiq's job_retry layout)
 -- ARGV[3]  score: when the retry is due, or the time of death
 -- ARGV[4]  TTL in seconds of the daily stat keys
@@ -54,6 +55,9 @@ if mode == "dead" then
 end
 if ARGV[8] ~= "" then
   try("ZREM", KEYS[8], ARGV[8])
+end
+if ARGV[1] == "reschedule" then
+  return mode
 end
 for i = 3, 6 do
   try("INCR", KEYS[i])

@@ -34,7 +34,8 @@ from typing import Any, Literal
 
 from forkq import keys
 from forkq import payload as payloads
-from forkq.errors import JobCancelledError
+from forkq.errors import JobCancelledError, OverLimit
+from forkq.limiter import MAX_OVERRATED
 from forkq.registry import RetryRules
 from forkq.scripts import script
 
@@ -44,7 +45,7 @@ MESSAGE_LIMIT = 10_000
 MAX_DELAY = 10 * 365 * 24 * 3600.0  # a retry is never scheduled more than 10 years ahead
 
 
-Mode = Literal["retry", "dead", "drop"]
+Mode = Literal["retry", "dead", "drop", "reschedule"]
 
 
 DEFAULT_RULES = RetryRules()
@@ -149,6 +150,10 @@ def plan(
 ) -> Failure:
     """Decide where a job that raised ``exc`` goes and rewrite its payload accordingly,
     by the job's ``rules``."""
+    if isinstance(exc, OverLimit):
+        over = rescheduled(payload, rng, now)
+        if over is not None:
+            return over
     allowed = allowed_retries(retry_option(payload, rules.retry), max_retries)
     count = record_error(payload, error_class_name(exc), error_message(exc), now)
     limit = payloads.backtrace_limit(payload)
@@ -168,6 +173,20 @@ def plan(
         if base != "kill":
             return Failure("retry", payloads.encode(payload), _due(now, count, rng, base))
     return bury(payload, now)
+
+
+def rescheduled(payload: payloads.Payload, rng: random.Random, now: float) -> Failure | None:
+    """A job whose limiter had no room (:class:`~forkq.errors.OverLimit` escaped it) goes
+    back to ``schedule`` with ``overrated`` one higher, due in Sidekiq Enterprise's default
+    backoff, ``300 * overrated + rand(300) + 1`` seconds: not a failure, no retry spent.
+    None once it was rescheduled :data:`~forkq.limiter.MAX_OVERRATED` times (then the
+    OverLimit is a failure like any other)."""
+    overrated = payloads.int_field(payload, "overrated") or 0
+    if not 0 <= overrated < MAX_OVERRATED:
+        return None
+    payload["overrated"] = overrated + 1
+    delay = 300 * (overrated + 1) + rng.randrange(300) + 1
+    return Failure("reschedule", payloads.encode(payload), now + delay)
 
 
 def _due(now: float, count: int, rng: random.Random, base: float | None) -> float:
@@ -234,7 +253,7 @@ def file(redis_client: Any, inflight_key: str, failure: Failure, *, held: bytes)
     orphan sweep requeued it while this process was cut off from Redis."""
     date = keys.utc_date(time.time())
     lua = script(redis_client, "fail")
-    target = keys.RETRY if failure.mode == "retry" else keys.DEAD
+    target = {"retry": keys.RETRY, "reschedule": keys.SCHEDULE}.get(failure.mode, keys.DEAD)
     result = lua(
         keys=[
             inflight_key,

@@ -127,12 +127,18 @@ def _failed(fetched: Fetched, runs: Runs, context: JobContext, *, spec: JobSpec,
     """The failure to file for a job that raised ``exc``, or that returned (None) after it
     saw its cancellation; logged, counted, and its result stored when it is final."""
     elapsed = time.monotonic() - started
-    _count(runs, fetched.queue, context.payload, elapsed, failed=True)
     cancelled = _cancelled(context, runs, exc)
     error = cancelled or exc
     assert error is not None  # exc is None only for a job that saw its cancellation
     failure = failures.plan(payloads.decode(fetched.raw), error, max_retries=runs.max_retries,
                             rng=runs.rng, now=time.time(), rules=spec.options.rules())
+    if failure.mode == "reschedule":  # a limiter had no room: not a failure
+        log.info("%s jid=%s over limit: %s; rescheduled", context.name, context.jid,
+                 failures.error_message(error))
+        if runs.metrics is not None:
+            runs.metrics.note(fetched.queue, job_class(context.payload), "overrated")
+        return failure
+    _count(runs, fetched.queue, context.payload, elapsed, failed=True)
     level = logging.WARNING if cancelled else FAILURE_LEVELS[failure.mode]
     trace = None if exc is None or isinstance(exc, JobCancelledError) else exc
     log.log(level, "%s jid=%s fail: %s: %s: %s -> %s", context.name, context.jid,
@@ -184,7 +190,7 @@ def _expired(fetched: Fetched, runs: Runs, payload: payloads.Payload, now: float
     log.info("%s jid=%s expired %s ago: not run", payload["class"], payloads.jid(payload),
              duration(late))
     if runs.metrics is not None:
-        runs.metrics.expire(fetched.queue, job_class(payload))
+        runs.metrics.note(fetched.queue, job_class(payload), "expired")
     return True
 
 

@@ -53,7 +53,7 @@ from typing import Any
 import psutil
 import redis
 
-from forkq import hooks, keys
+from forkq import hooks, keys, limiter
 from forkq import payload as payloads
 from forkq.config import Config
 from forkq.daemon import child_process
@@ -182,6 +182,7 @@ class Processor:
             lambda state: child_process.set_title(self.config, self._role, state))
         random.seed()
         pid = os.getpid()
+        limiter.set_holder(f"{self.identity}:{pid}")  # freed by the master if this dies
         one = self.lane_count == 1
         lane_keys = ([keys.inflight(self.identity, pid)] if one else
                      list(keys.inflight_lanes(self.identity, pid, self.lane_count)))

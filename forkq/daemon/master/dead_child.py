@@ -49,6 +49,7 @@ from typing import Literal
 
 import redis
 
+from forkq import keys, limiter
 from forkq import payload as payloads
 from forkq.daemon import held_jobs
 from forkq.daemon.children import failures
@@ -56,6 +57,7 @@ from forkq.daemon.children.fetch import Done
 from forkq.errors import JobCancelledError, JobTimeoutError, MalformedJobError
 from forkq.metrics.recorder import Recorder, check_replies, job_class, queue_writes
 from forkq.registry import Registry, RetryRules
+from forkq.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +76,12 @@ class Gone:
     started: float = 0.0  # epoch the job it was killed for started (its heartbeat's), or 0
     done: Done = held_jobs.NOTHING_DONE  # what it completed of a batch (its slot's Progress)
     lanes: tuple[str, ...] = ()  # the in-flight lists of its lanes (async_concurrency > 1)
+    process: bool = True  # the child's own record (False: one of its lanes')
 
     def each_list(self) -> list[Gone]:
         """One record per in-flight list to settle: its own, then each lane's."""
-        return [self, *(replace(self, inflight_key=key, done=held_jobs.NOTHING_DONE, lanes=())
-                        for key in self.lanes)]
+        return [self, *(replace(self, inflight_key=key, done=held_jobs.NOTHING_DONE, lanes=(),
+                                process=False) for key in self.lanes)]
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,12 @@ def settle(
     rng: random.Random,
     now: float,
 ) -> Settled | None:
-    """Settle the job held in ``gone.inflight_key``; None when it held none."""
+    """Settle the job held in ``gone.inflight_key``; None when it held none. The child's
+    own record also frees the concurrent-limiter slots it held (:mod:`forkq.limiter`)."""
+    if gone.process:
+        freed = limiter.release_held(client, gone.inflight_key.removeprefix(keys.INFLIGHT_PREFIX))
+        if freed:
+            log.info("freed %s that %s held", counted(freed, "limiter slot"), gone.inflight_key)
     held = held_jobs.read(client, gone.inflight_key, gone.done)
     killed_for = _kill_failure(held, gone, registry, max_retries, rng, now)
     if killed_for is not None:
