@@ -34,7 +34,7 @@ from typing import Any, NamedTuple, Protocol
 
 import redis
 
-from forkq import keys, scripts, unique
+from forkq import concurrency, keys, scripts, unique
 from forkq import payload as payloads
 from forkq.connection import KeptConnections, MasterLost, connect, round_trip
 from forkq.errors import EnqueueError
@@ -304,6 +304,12 @@ def _fields(item: Mapping[str, Any]) -> _Fields:
     unique.check(extra)
     if "expires_in" in extra:
         payloads.check_expires_in(extra["expires_in"])
+    if concurrency.LIMIT in extra:
+        concurrency.check_limit(extra[concurrency.LIMIT])
+        extra.setdefault(concurrency.KEY, "")  # none given: one key for the whole class
+        if not isinstance(extra[concurrency.KEY], str):
+            raise TypeError(f"concurrency_key of a push must be a string, got "
+                            f"{extra[concurrency.KEY]!r}")
     jid = item.get("jid")
     return _Fields(name, queue, item.get("retry", True), extra,
                    jid if isinstance(jid, str) else None)

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, ParamSpec, overload
 
 from forkq import client as _client
+from forkq import concurrency, unique
 from forkq import payload as payloads
-from forkq import unique
 from forkq.errors import UnknownJobError
 
 P = ParamSpec("P")
@@ -62,6 +62,7 @@ class JobOptions:
     extra: dict[str, Any] = field(default_factory=dict)
     retry_on: Exceptions | None = None
     discard_on: Exceptions = ()
+    concurrency_key: concurrency.KeyOf | str | None = None  # a concurrency_limit's key
 
     def rules(self) -> RetryRules:
         """What a failure of the job is planned by."""
@@ -80,6 +81,8 @@ class JobOptions:
         for name in ("retry_on", "discard_on"):
             if name in known:
                 known[name] = _exceptions(name, known[name])
+        if known.get("concurrency_key") is not None:
+            concurrency.check_key(known["concurrency_key"])
         extra = {k: v for k, v in overrides.items() if k not in known}
         _check_options(known)
         _check_extra({**self.extra, **extra})
@@ -173,13 +176,17 @@ class Enqueue:
         return _client.default().push({**self._item(args), "at": at})
 
     def _item(self, args: tuple[Any, ...]) -> dict[str, Any]:
-        return {
+        item = {
             **self._options.payload_options(),
             "class": self._name,
             "args": list(args),
             "queue": self._options.queue,
             "retry": self._options.retry,
         }
+        if concurrency.LIMIT in item:  # its key, from its arguments (concurrency_key)
+            item[concurrency.KEY] = concurrency.key_of(self._options.concurrency_key,
+                                                       list(args))
+        return item
 
 
 class JobFunction(Enqueue, Generic[P]):
@@ -212,6 +219,7 @@ def job(
     retry_in: RetryIn | None = None,
     retry_on: type[BaseException] | Exceptions | None = None,
     discard_on: type[BaseException] | Exceptions = (),
+    concurrency_key: concurrency.KeyOf | str | None = None,
     registry: Registry = REGISTRY,
     **extra: Any,
 ) -> Callable[[Callable[P, Any]], JobFunction[P]]: ...
@@ -227,6 +235,7 @@ def job(
     retry_in: RetryIn | None = None,
     retry_on: type[BaseException] | Exceptions | None = None,
     discard_on: type[BaseException] | Exceptions = (),
+    concurrency_key: concurrency.KeyOf | str | None = None,
     registry: Registry = REGISTRY,
     **extra: Any,
 ) -> Any:
@@ -242,9 +251,11 @@ def job(
         _check_options({"queue": queue, "retry": retry, "backtrace": backtrace,
                         "retry_in": retry_in})
         _check_extra(extra)
+        if concurrency_key is not None:
+            concurrency.check_key(concurrency_key)
         options = JobOptions(queue, retry, backtrace, retry_in, dict(extra),
                              None if retry_on is None else _exceptions("retry_on", retry_on),
-                             _exceptions("discard_on", discard_on))
+                             _exceptions("discard_on", discard_on), concurrency_key)
         wire_name = name or f"{target.__module__}.{target.__qualname__}"
         registry.register(JobSpec(wire_name, target, options))
         return JobFunction(target, wire_name, options)
@@ -312,11 +323,14 @@ def _check_extra(extra: dict[str, Any]) -> None:
         raise ValueError(f"job option result_ttl must be a positive number of seconds, "
                          f"got {ttl!r}")
     unique.check(extra)
+    if concurrency.LIMIT in extra:
+        concurrency.check_limit(extra[concurrency.LIMIT])
     if "expires_in" in extra:
         payloads.check_expires_in(extra["expires_in"])
 
 
-_OPTIONS = frozenset({"queue", "retry", "backtrace", "retry_in", "retry_on", "discard_on"})
+_OPTIONS = frozenset({"queue", "retry", "backtrace", "retry_in", "retry_on", "discard_on",
+                      "concurrency_key"})
 """The options that stay in the job's registration (the others travel in the payload)."""
 
 

@@ -334,3 +334,28 @@ def over() -> None:
     """Enters a full concurrent limiter without waiting: OverLimit escapes."""
     with forkq.limiter.concurrent("full", 1, wait_timeout=0):
         pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@job(name="limited", concurrency_limit=2, concurrency_key=lambda key, *rest: key)
+def limited(key: str, marker: str, seconds: float = 0.0, gate: bool = False) -> None:
+    """At most 2 run at once per ``key``: records how many of its key run as it starts
+    (members of ``test:running:<key>`` whose process is alive), then sleeps ``seconds`` or
+    waits for ``test:gate:<marker>``, then records its completion."""
+    r = clients.default().redis
+    me = f"{os.getpid()}:{marker}"
+    r.sadd(f"test:running:{key}", me)
+    live = [m for m in r.smembers(f"test:running:{key}") if _alive(int(m.split(b":")[0]))]
+    _note("test:started", marker=marker, limit_key=key, running=len(live), pid=os.getpid())
+    if gate:
+        r.blpop([f"test:gate:{marker}"], timeout=60)
+    time.sleep(seconds)
+    r.srem(f"test:running:{key}", me)
+    _note("test:ran", marker=marker, limit_key=key)

@@ -26,6 +26,7 @@ from forkq import wirejson
 from forkq.daemon import held_jobs
 from forkq.daemon.children import due_jobs, failures
 from forkq.errors import MalformedJobError, UnknownJobError
+from forkq.registry import RetryRules
 
 FIELDS = ["class", "args", "queue", "jid", "retry", "retry_count", "retry_for", "backtrace",
           "retry_queue", "at", "created_at", "enqueued_at", "failed_at", "retried_at", "dead",
@@ -105,7 +106,7 @@ def _failure_paths(payload: dict[str, Any], raw: bytes) -> None:
         _writable(failures.plan(dict(payload), exc, max_retries=max_retries, rng=rng,
                              now=1_700_000_000.0).payload)
     failure = failures.plan(payloads.decode(raw), exc, max_retries=25, rng=rng, now=1.0,
-                         retry_in=lambda count, exc: 10.0**400)
+                            rules=RetryRules(retry_in=lambda count, exc: 10.0**400))
     assert failure.score < float("inf")
     _writable(failures.bury(payloads.decode(raw), 1.0).payload)
 

@@ -25,7 +25,7 @@ def _loaded_after(statement: str) -> set[str]:
 
 CLIENT_SIDE = {f"forkq{name}" for name in (
     "", ".client", ".connection", ".errors", ".hooks", ".keys", ".middleware", ".payload",
-    ".limiter", ".redis_url", ".registry", ".scripts", ".unique", ".wirejson")}
+    ".concurrency", ".limiter", ".redis_url", ".registry", ".scripts", ".unique", ".wirejson")}
 
 
 def _forkq(modules: set[str]) -> set[str]:

@@ -71,6 +71,9 @@ class FakeEffects:
         self.queue.extendleft(reversed(jobs))
         return len(jobs)
 
+    def admit(self, lane: int, fetched: Fetched) -> bool:
+        return True
+
     def busy(self, lane: int) -> None:
         self.steps.append(("busy", lane))
 

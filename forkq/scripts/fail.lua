@@ -41,6 +41,7 @@ if mode ~= "drop" then
   end
 end
 redis.call("LPOP", KEYS[1], 2)
+release_slot(ARGV[7])  -- its run ended: its concurrency slot goes to the next in line
 if mode == "parked" then
   redis.call("ZADD", KEYS[7], ARGV[3], ARGV[1] .. "|" .. ARGV[2])
 elseif mode ~= "drop" then

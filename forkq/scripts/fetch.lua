@@ -34,6 +34,10 @@
 -- Its first write is a delete (the ack, or clearing KEYS[1] before a fetch), so Redis at
 -- maxmemory with noeviction still lets a fetch through.
 --
+-- Concurrency limits (forkq/concurrency.py): a job taken whose concurrency slots are all
+-- taken is not held: it moves to its waiting line (take_slot / block in guard.lua), and the
+-- next free slot brings it back (release_slot, run by every step that ends a job's run).
+--
 -- Batching: the first job is taken from the first non-empty queue of the first order; job
 -- k (k > 1) is taken by order k the same way, but only while the queue it would come from
 -- still holds at least ARGV[5] jobs (a deep queue: every processor could take a batch from
@@ -71,6 +75,7 @@ if ARGV[1] ~= "" and redis.call("LINDEX", KEYS[1], 2 * acked - 1) == ARGV[1] the
   local done = redis.call("LPOP", KEYS[1], 2 * acked)
   for i = 2, #done, 2 do
     release_unique(done[i])  -- a unique job's lock goes with its success
+    release_slot(done[i])  -- a concurrency slot too, to the next job of its line
   end
   try("INCRBY", KEYS[2], acked)
   try("INCRBY", KEYS[3], acked)
@@ -148,6 +153,16 @@ while k <= orders do
   end
   k = k + 1 + more
 end
+local admitted = {}  -- a job whose concurrency slots are all taken waits in its line
+for i = 1, #taken, 2 do
+  if take_slot(taken[i + 1]) then
+    admitted[#admitted + 1] = taken[i]
+    admitted[#admitted + 1] = taken[i + 1]
+  else
+    block(taken[i + 1])
+  end
+end
+taken = admitted
 if #taken > 0 then
   redis.call("RPUSH", KEYS[1], unpack(taken))
   register()

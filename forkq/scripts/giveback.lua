@@ -27,6 +27,9 @@ for i = 1, n do
   end
 end
 redis.call("LTRIM", KEYS[1], 0, -(2 * n) - 1)
+for i = 1, n do
+  release_slot(tail[2 * i])  -- not started: its concurrency slot goes
+end
 for i = n, 1, -1 do
   redis.call("RPUSH", queue_key(tail[2 * i - 1]), tail[2 * i])
 end

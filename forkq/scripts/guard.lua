@@ -89,3 +89,85 @@ local function release_unique(job)
     redis.call("DEL", key)
   end
 end
+
+-- The concurrency slot a job needs (forkq/concurrency.py): its payload's
+-- "concurrency_limit" (an integer >= 1) and "concurrency_key" (a string) name the slots
+-- forkq:slots:<class>:<key> (a set of the jids running) and its waiting line
+-- forkq:slots:<class>:<key>:blocked (a list). Returns the slots key, the limit and the
+-- jid, or nil for a job that needs none (one plain substring search when it names none).
+local function slot_of(job)
+  if type(job) ~= "string" or not string.find(job, '"concurrency_limit"', 1, true) then
+    return nil
+  end
+  local ok, payload = pcall(cjson.decode, job)
+  if not ok or type(payload) ~= "table" then
+    return nil
+  end
+  local limit, key = payload["concurrency_limit"], payload["concurrency_key"]
+  local klass, jid = payload["class"], payload["jid"]
+  if type(limit) ~= "number" or limit < 1 or limit ~= math.floor(limit) or type(key) ~= "string"
+      or type(klass) ~= "string" or type(jid) ~= "string" then
+    return nil
+  end
+  return "forkq:slots:" .. klass .. ":" .. key, limit, jid
+end
+
+-- The queue key a job names in its payload (queue:default when it names none).
+local function own_queue(job)
+  local ok, payload = pcall(cjson.decode, job)
+  if ok and type(payload) == "table" and type(payload["queue"]) == "string" then
+    return queue_key("queue:" .. payload["queue"])
+  end
+  return "queue:default"
+end
+
+-- Take a slot for `job` if it needs one: true when it may run (a slot taken, or none
+-- needed), false when its slots are all taken: the caller moves it to the waiting line
+-- (block), where it waits, unpolled, until a slot is freed (release_slot).
+local function take_slot(job)
+  local slots, limit, jid = slot_of(job)
+  if not slots or redis.call("TYPE", slots)["ok"] ~= "set" and
+      redis.call("TYPE", slots)["ok"] ~= "none" then
+    return true  -- no slot needed, or a slots key of another type: runs unlimited
+  end
+  if redis.call("SISMEMBER", slots, jid) == 1 or redis.call("SCARD", slots) < limit then
+    redis.call("SADD", slots, jid)
+    return true
+  end
+  return false
+end
+
+-- Put `job` at the end of its waiting line (its slots are all taken).
+local function block(job)
+  local slots = slot_of(job)
+  local line = slots .. ":blocked"
+  if redis.call("TYPE", line)["ok"] ~= "list" and redis.call("TYPE", line)["ok"] ~= "none" then
+    redis.call("RPUSH", own_queue(job), job)  -- a line of another type: back to its queue
+    return
+  end
+  redis.call("RPUSH", line, job)
+end
+
+-- Free the slot `job` holds, if it holds one, and move the first job of its waiting line,
+-- if any, to the front of its queue (the next to be fetched there): the slot's next holder.
+local function release_slot(job)
+  local slots, _, jid = slot_of(job)
+  if not slots or redis.call("TYPE", slots)["ok"] ~= "set" then
+    return
+  end
+  if redis.call("SREM", slots, jid) == 0 then
+    return
+  end
+  local line = slots .. ":blocked"
+  if redis.call("TYPE", line)["ok"] == "list" then
+    local next_job = redis.call("LPOP", line)
+    if next_job then
+      local queue = own_queue(next_job)
+      if redis.call("TYPE", queue)["ok"] == "list" or redis.call("TYPE", queue)["ok"] == "none" then
+        redis.call("RPUSH", queue, next_job)
+      else
+        redis.call("LPUSH", line, next_job)  -- its queue is of another type: it waits on
+      end
+    end
+  end
+end

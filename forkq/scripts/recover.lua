@@ -76,6 +76,9 @@ end
 -- write on, so the sweep works on Redis at maxmemory with noeviction too. Nothing after
 -- this may fail: every key was checked above.
 redis.call("DEL", KEYS[2])
+for i = 2, #list, 2 do
+  release_slot(list[i])  -- none of its jobs runs now: their concurrency slots go
+end
 local outcome = "empty"
 if job then
   outcome = "requeued"

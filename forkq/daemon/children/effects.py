@@ -81,6 +81,10 @@ class Effects(Protocol):
     def give_back(self, lane: int, jobs: list[bytes]) -> int:
         """Put held jobs, not started, back at the front of their queues; how many."""
 
+    def admit(self, lane: int, fetched: Fetched) -> bool:
+        """Take a concurrency slot for a job a blocking move brought (admit.lua): False when
+        its slots are all taken (it went to its waiting line) or it is held no more."""
+
     def busy(self, lane: int) -> None:
         """The lane took a job: it stops listening (another idle lane listens instead)."""
 
@@ -135,6 +139,7 @@ class RedisEffects:
         self._stopped = False
         self._watch = QueueWatch(self.redis, prefixes=QUEUE_WATCH)
         self._giveback = script(self.redis, "giveback")
+        self._admit = script(self.redis, "admit")
         self._one_lane = len(lane_keys) == 1  # the lane is the main thread: no lane pipe
         if self._one_lane:
             self._wake_fd, self._wake_write = self._pipe.fd, -1
@@ -169,6 +174,9 @@ class RedisEffects:
 
     def give_back(self, lane: int, jobs: list[bytes]) -> int:
         return int(self._giveback(keys=[self._lane_keys[lane]], args=jobs))
+
+    def admit(self, lane: int, fetched: Fetched) -> bool:
+        return bool(self._admit(keys=[self._lane_keys[lane]], args=[fetched.raw]))
 
     def busy(self, lane: int) -> None:
         if self._single is None and self._token.held():

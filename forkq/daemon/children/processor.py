@@ -53,7 +53,7 @@ from typing import Any
 import psutil
 import redis
 
-from forkq import hooks, keys, limiter
+from forkq import concurrency, hooks, keys, limiter
 from forkq import payload as payloads
 from forkq.config import Config
 from forkq.daemon import child_process
@@ -285,9 +285,12 @@ class Processor:
     def _idle(self, lane: Lane) -> Fetched | None:
         """Wait for work: the job a blocking move brought, or None to fetch again."""
         fetched = self.effects.idle(lane.number)
-        if fetched is not None:
-            self.effects.busy(lane.number)
-            lane.progress.start(fetched.raw)
+        if fetched is None:
+            return None
+        if concurrency.needs_slot(fetched.raw) and not self.effects.admit(lane.number, fetched):
+            return None  # its concurrency slots are all taken: it waits in its line
+        self.effects.busy(lane.number)
+        lane.progress.start(fetched.raw)
         return fetched
 
     def _execute(self, lane: Lane, fetched: Fetched) -> None:
