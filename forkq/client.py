@@ -174,7 +174,7 @@ class Client:
                                             retry=fields.retry, options=fields.extra, now=now)
         if encoded:
             self._round_trip([("SADD", keys.QUEUES, fields.queue),
-                              ("LPUSH", keys.queue(fields.queue), *encoded)], [[], jids])
+                              ("LPUSH", keys.QUEUE_PREFIX + fields.queue, *encoded)], [[], jids])
 
     def _send(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> set[str]:
         """One round trip: ZADD the future jobs; SADD + one LPUSH per queue for the rest;
@@ -206,7 +206,7 @@ class Client:
                 immediate.setdefault(payload["queue"], []).append(payload)
         for queue, batch in immediate.items():
             commands += [("SADD", keys.QUEUES, queue),
-                         ("LPUSH", keys.queue(queue), *map(payloads.encode_bytes, batch))]
+                         ("LPUSH", keys.QUEUE_PREFIX + queue, *map(payloads.encode_bytes, batch))]
             carried += [[], [str(payload["jid"]) for payload in batch]]
         results = self._round_trip(commands, carried)
         return {group[0] for command, group, result in zip(commands, carried, results, strict=True)
@@ -301,7 +301,8 @@ def _fields(item: Mapping[str, Any]) -> _Fields:
     if not isinstance(queue, str) or not queue:
         raise ValueError(f"job queue must be a non-empty string, got {queue!r}")
     extra = {k: v for k, v in item.items() if k not in _BUILT_FIELDS}
-    unique.check(extra)
+    if unique.FOR in extra or unique.UNTIL in extra:  # constants: no call on a plain push
+        unique.check(extra)
     if "expires_in" in extra:
         payloads.check_expires_in(extra["expires_in"])
     if concurrency.LIMIT in extra:

@@ -63,6 +63,5 @@ def blocked_key(klass: str, key: str) -> str:
     return slots_key(klass, key) + ":blocked"
 
 
-def needs_slot(raw: bytes) -> bool:
-    """Whether a job's bytes name a concurrency limit (a byte search, no decode)."""
-    return b'"concurrency_limit"' in raw
+MARKER = b'"concurrency_limit"'
+"""In a job's bytes when it names a concurrency limit (a byte search, no decode)."""

@@ -359,3 +359,8 @@ def limited(key: str, marker: str, seconds: float = 0.0, gate: bool = False) -> 
     time.sleep(seconds)
     r.srem(f"test:running:{key}", me)
     _note("test:ran", marker=marker, limit_key=key)
+
+
+@job(name="counted")
+def counted(n: int) -> None:
+    """Does nothing (the job's path, not its body, is what a test looks at)."""

@@ -287,7 +287,7 @@ class Processor:
         fetched = self.effects.idle(lane.number)
         if fetched is None:
             return None
-        if concurrency.needs_slot(fetched.raw) and not self.effects.admit(lane.number, fetched):
+        if concurrency.MARKER in fetched.raw and not self.effects.admit(lane.number, fetched):
             return None  # its concurrency slots are all taken: it waits in its line
         self.effects.busy(lane.number)
         lane.progress.start(fetched.raw)
