@@ -17,10 +17,12 @@ import redis
 from forkq import concurrency
 from forkq.client import Client
 from forkq.daemon.child_process import QUICK_DEATH
+from forkq.ops.cancel import cancel
 from forkq.registry import job
 
 from . import jobs
 from .conftest import holding, records, until
+from .test_job_lookup import Forkq
 
 SLOTS = concurrency.slots_key("limited", "a")
 LINE = concurrency.blocked_key("limited", "a")
@@ -140,3 +142,17 @@ def test_limits_hold_on_three_daemons_through_a_kill_storm(
     print(f"{len(killed)} kills: {len(ran())} jobs ran, {r.zcard('dead')} buried; most "
           f"running per key {most}; last job {took:.1f} s after the last kill")
     assert most <= 2 and not any(lines.values()), lines
+
+
+@pytest.mark.process
+def test_a_blocked_job_is_found_by_forkq_job_and_cancelled_from_its_line(
+        r: redis.Redis, server: Any, default_client: Client) -> None:
+    r.sadd(SLOTS, "x", "y")  # both slots of key "a" taken
+    jid = jobs.limited.perform_async("a", "waiting")
+    raw = r.rpop("queue:default")
+    r.rpush(LINE, b"{}", raw)  # as a fetch leaves it: the second in its line
+    cli = Forkq(server)
+    out, _ = cli.text("job", str(jid))
+    assert "waiting for a concurrency slot of limited (key 'a'), 1 job ahead of it" in out
+    assert cli.json("job", str(jid))["places"][0]["place"] == "blocked"
+    assert cancel(r, str(jid)).outcome == "unblocked" and r.llen(LINE) == 1

@@ -2,11 +2,11 @@
 
 :func:`cancel` first records the request (``forkq:cancels``, jid → expiry, kept
 :data:`~forkq.keys.CANCEL_TTL` seconds), then looks for the job where a job moves, in that
-order (:func:`forkq.ops.lookup.find_job`): ``schedule``, each queue, the processors'
-in-flight lists, ``retry``. A job found waiting is removed where it is (``ZREM`` / ``LREM``
-of its exact bytes, with its unique lock: ``remove.lua``) and the request withdrawn. A job
-found in an in-flight list is running (or held by a processor about to run it): the request
-stands, and the job is stopped
+order (:func:`forkq.ops.lookup.find_job`): ``schedule``, each queue, the waiting lines of
+concurrency limits, the processors' in-flight lists, ``retry``. A job found waiting is
+removed where it is (``ZREM`` / ``LREM`` of its exact bytes, with its unique lock:
+``remove.lua``) and the request withdrawn. A job found in an in-flight list is running (or
+held by a processor about to run it): the request stands, and the job is stopped
 cooperatively, then by force (:mod:`forkq.daemon.master.cancels`): it sees the request at
 once (:func:`forkq.cancel_requested` turns True) and may clean up and return or raise; the
 master of the daemon running it kills its processor (replaced at once) if it still runs it
@@ -38,8 +38,8 @@ from forkq.ops.queues import remove
 from forkq.ops.sorted_sets import DeadSet
 from forkq.printable import printable
 
-Outcome = Literal["unscheduled", "removed from retries", "dequeued", "stopping", "stopped",
-                  "completed", "dead", "not found"]
+Outcome = Literal["unscheduled", "removed from retries", "dequeued", "unblocked", "stopping",
+                  "stopped", "completed", "dead", "not found"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,7 @@ class Cancelled:
             "unscheduled": f"{job}: removed from the scheduled jobs",
             "removed from retries": f"{job}: removed from the retries",
             "dequeued": f"{job}: removed from queue {self.where}",
+            "unblocked": f"{job}: removed from its concurrency limit's waiting line",
             "stopping": f"{job}: running; asked to stop (killed after the daemon's "
                         "cancel_grace if it goes on)",
             "stopped": f"{job}: stopped; filed to dead as cancelled",
@@ -116,6 +117,8 @@ def _act(client: redis.Redis, jid: str, places: list[Place]) -> Cancelled:
             return Cancelled(jid, _SETS[place.kind], place.key, klass)
         if place.kind == "queued" and remove(client, place.key, place.job.raw):
             return Cancelled(jid, "dequeued", place.queue, klass)
+        if place.kind == "blocked" and remove(client, place.key, place.job.raw):
+            return Cancelled(jid, "unblocked", place.key, klass)
         if (place.key.startswith(keys.INFLIGHT_PREFIX) and place.state != "completed"
                 and place.kind in ("running", "in-flight")):
             return Cancelled(jid, "stopping", place.key, klass)

@@ -21,6 +21,9 @@ looked for is usually met again further on:
   ``held`` (fetched in a batch, runs after the running job), ``completed`` (done, to be
   acknowledged with the processor's next fetch), ``fetched`` (just taken; its heartbeat does
   not name it yet), ``orphaned`` (the process is gone: the scheduler leader requeues it);
+- ``blocked`` — in the waiting line of a concurrency limit
+  (``forkq:slots:<class>:<key>:blocked``, :mod:`forkq.concurrency`): its key's slots are
+  all taken; ``position`` = how many jobs of the line are ahead of it;
 - ``retry`` — ``at`` = the next try; ``dead`` — ``at`` = when it died.
 
 A job is normally in one place; at-least-once delivery and races can show it in two.
@@ -48,6 +51,7 @@ from typing import Any, cast
 import redis
 
 from forkq import keys
+from forkq.concurrency import SLOTS_PREFIX
 from forkq.connection import raw, text
 from forkq.ops import tables
 from forkq.ops.processes import FIELDS, Process
@@ -113,6 +117,10 @@ class Place:
         if self.kind == "in-flight":
             return (f"in-flight in {process}, processor {self.worker}: "
                     f"{_STATES.get(self.state, self.state)}")
+        if self.kind == "blocked":
+            return (f"waiting for a concurrency slot of {self.job.klass} "
+                    f"(key {self.job.item.get('concurrency_key', '')!r}), "
+                    f"{counted(self.position or 0, 'job')} ahead of it in its line")
         if self.kind == "retry":
             return f"in the retry set, next try {when}"
         return f"dead since {when}"
@@ -144,6 +152,7 @@ def find_job(client: redis.Redis, jid: str) -> Lookup:
     processes = search.processes()
     for name in search.queue_names(processes):
         search.queue(name)
+    search.lines()
     search.in_flight(processes)
     search.busy(processes)
     search.sorted_set(RetrySet(client), "retry")
@@ -217,6 +226,20 @@ class _Search:
                     if position is not None:  # None: taken meanwhile, met further on
                         self._add(Place("queued", key, record, at=record.enqueued_at,
                                         queue=name, position=position))
+
+    def lines(self) -> None:
+        """The waiting lines of concurrency limits (:mod:`forkq.concurrency`)."""
+        with self._reading("the concurrency lines"):
+            for line in self.redis.scan_iter(match=f"{SLOTS_PREFIX}*:blocked", count=1000):
+                key = text(line)
+                if text(self.redis.type(key)) != "list":
+                    continue
+                with self._reading(f"the concurrency line {key!r}"):
+                    for index, element in self._search_list(key):
+                        record = JobRecord(element, key)
+                        if self._is_job(record, f"the concurrency line {key!r}"):
+                            self._add(Place("blocked", key, record, at=record.enqueued_at,
+                                            queue=record.queue, position=index))
 
     def _search_list(self, key: str) -> Iterator[tuple[int, bytes]]:
         """The elements of list ``key`` holding the quoted jid, with their index, a window
