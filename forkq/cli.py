@@ -48,7 +48,7 @@ from forkq.printable import json_text, printable
 from forkq.wirejson import is_utf8
 
 OPERATOR = ("status", "quiet", "stop", "dump", "reload", "queues", "retries", "dead",
-            "scheduled", "cancel", "job")
+            "scheduled", "cancel", "job", "limits", "uniques")
 COMMANDS = ("run", "demo", "bench", "version", "enqueue", "web", "systemd-unit", *OPERATOR)
 MOVED_BENCHES = {"--web": "bench/web_pages.py", "--scheduled": "bench/scheduled.py",
                  "--split": "bench/split.py", "--backlog": "bench/backlog.py"}
@@ -143,6 +143,13 @@ def _operator_parsers(commands: Any) -> None:
     common.add_argument("--json", action="store_true", help="print one JSON object")
     commands.add_parser("status", parents=[common], help="processes, busy processors, queues "
                         "and totals").set_defaults(func=_operator)
+    commands.add_parser("limits", parents=[common], help="concurrency limits (jobs running "
+                        "and waiting per key) and the limiters in use").set_defaults(
+                            func=_operator)
+    uniques = commands.add_parser("uniques", parents=[common],
+                                  help="unique jobs' locks: the job holding each, time left")
+    uniques.add_argument("--limit", type=int, default=100, help="show at most N (0: all)")
+    uniques.set_defaults(func=_operator)
     for name, verb in SIGNAL_COMMANDS.items():
         _signal_parser(commands.add_parser(name, parents=[common], help=f"ask processes to "
                                            f"{verb} (Sidekiq's remote signal)"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -20,6 +21,7 @@ from forkq.client import Client
 from forkq.metrics import layout
 
 from .conftest import until
+from .test_job_lookup import Forkq
 
 
 @pytest.fixture
@@ -176,3 +178,26 @@ def test_a_window_holds_across_three_daemons(r: redis.Redis, daemon: Any) -> Non
     print(f"{total} jobs on 3 daemons over {times[-1] - times[0]:.1f} s; most in any "
           f"sliding second: {most}; per second: {list(per_second.values())}")
     assert most <= limit and r.get("stat:failed") is None
+
+
+@pytest.mark.process
+def test_forkq_limits_and_uniques_show_what_flow_control_holds(r: redis.Redis,
+                                                               server: Any) -> None:
+    client = Client(r)
+    r.sadd("forkq:slots:limited:acct-1", "j1", "j2")
+    r.rpush("forkq:slots:limited:acct-1:blocked", "{}")
+    with limiter.window("api", 5, 60, client=client):
+        pass
+    jid = client.push({"class": "Record", "args": [1], "unique_for": 600})
+    r.set("forkq:limiter:window:broken", "x")
+    cli = Forkq(server)
+    out, err = cli.text("limits", code=1)
+    assert re.search(r"limited:acct-1 +2 +1", out) and re.search(r"window +api +1", out), out
+    assert "forkq:limiter:window:broken" in err
+    data = cli.json("limits", code=1)
+    assert data["slots"] == [{"name": "limited:acct-1", "running": 2, "waiting": 1}]
+    assert {"kind": "window", "name": "api", "used": 1.0} in data["limiters"]
+    out, _ = cli.text("uniques")
+    assert "Unique locks: 1" in out and str(jid) in out
+    [lock] = cli.json("uniques")["locks"]
+    assert lock["jid"] == jid and 590 < lock["ttl"] <= 600

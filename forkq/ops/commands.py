@@ -1,6 +1,6 @@
 """The operator's commands on top of :mod:`forkq.api`: ``status``, ``quiet``, ``stop``,
-``dump``, ``reload``, ``queues``, ``retries`` / ``dead`` / ``scheduled``, ``job`` and
-``enqueue``.
+``dump``, ``reload``, ``queues``, ``retries`` / ``dead`` / ``scheduled``, ``job``,
+``limits``, ``uniques`` and ``enqueue``.
 
 Each command is a function ``(client, args) -> Outcome``: the data printed with
 ``--json`` (one JSON object on stdout), the text printed otherwise, the messages for
@@ -44,7 +44,7 @@ from forkq.errors import (
     ForkqError,
     NotFoundError,
 )
-from forkq.ops import cancel, tables
+from forkq.ops import cancel, flow, tables
 from forkq.ops.lookup import Place, find_job
 from forkq.ops.processes import ProcessSet, Work
 from forkq.ops.queues import Queue
@@ -427,6 +427,47 @@ def _place_text(place: Place, now: float, lock: dict[str, Any] | None = None) ->
     return "\n".join(lines)
 
 
+# --- flow control -------------------------------------------------------------------------
+
+
+def limits(client: redis.Redis, args: argparse.Namespace) -> Outcome:
+    """``limits``: the concurrency limits' keys (running, waiting) and the limiters in use
+    (:mod:`forkq.ops.flow`); a damaged key is named on stderr (exit 1)."""
+    found = flow.Reading()
+    flow.concurrency_keys(client, found)
+    flow.limiters(client, found)
+    text = "\n\n".join([
+        f"Concurrency limits ({len(found.slots)} keys)\n" + tables.table(
+            ["CLASS:KEY", "RUNNING", "WAITING"],
+            [[s.name, s.running, s.waiting] for s in found.slots]),
+        f"Limiters ({len(found.limiters)})\n" + tables.table(
+            ["KIND", "NAME", "IN USE"], [[u.kind, u.name, f"{u.used:g}"] for u in found.limiters]),
+    ])
+    data = {"slots": [vars(s) for s in found.slots],
+            "limiters": [vars(u) for u in found.limiters], "damaged": found.damaged}
+    return Outcome(data, text, *_damaged(found.damaged))
+
+
+def uniques(client: redis.Redis, args: argparse.Namespace) -> Outcome:
+    """``uniques``: the unique jobs' locks, the job holding each and its time left."""
+    found = flow.Reading()
+    total = flow.unique_locks(client, found, args.limit)
+    shown = f" (the first {len(found.locks)}; --limit 0 lists all)" if len(found.locks) < total \
+        else ""
+    text = f"Unique locks: {total}{shown}\n" + tables.table(
+        ["LOCK", "JOB", "LEFT"], [[lock.key, lock.jid, duration(lock.ttl) if lock.ttl is not None
+                                   else "no TTL"] for lock in found.locks])
+    data = {"total": total, "locks": [vars(lock) for lock in found.locks],
+            "damaged": found.damaged}
+    return Outcome(data, text, *_damaged(found.damaged))
+
+
+def _damaged(names: list[str]) -> tuple[int, list[str]]:
+    """The exit status and stderr notes of a reading that skipped ``names`` (another type)."""
+    notes = [f"key {printable(name)!r} holds another type; skipped" for name in names]
+    return (EXIT_FAILURE if names else EXIT_OK), notes
+
+
 # --- enqueue ------------------------------------------------------------------------------
 
 
@@ -479,6 +520,7 @@ def command(name: str) -> Command:
     """The operator command ``name`` (each of ``forkq.cli.OPERATOR``); KeyError for another."""
     commands: dict[str, Command] = {
         "status": status, "queues": queues, "cancel": cancel_jobs, "job": job,
+        "limits": limits, "uniques": uniques,
         **{action: signal_processes(action) for action in _ASKED},
         **{kind: job_set(kind) for kind in ("retries", "dead", "scheduled")}}
     return commands[name]
