@@ -156,3 +156,22 @@ def test_a_blocked_job_is_found_by_forkq_job_and_cancelled_from_its_line(
     assert "waiting for a concurrency slot of limited (key 'a'), 1 job ahead of it" in out
     assert cli.json("job", str(jid))["places"][0]["place"] == "blocked"
     assert cancel(r, str(jid)).outcome == "unblocked" and r.llen(LINE) == 1
+
+
+def test_a_whole_daemon_killed_leaves_no_slot_and_no_lock_behind(
+        r: redis.Redis, daemon: Any) -> None:
+    """A daemon SIGKILLed with its children while a unique, limited job runs: the next
+    daemon on the host recovers the job (restart recovery, recover.lua), which keeps its
+    unique lock, frees its slot and takes it again; once it succeeds nothing is left."""
+    Client(r).push({"class": "limited", "args": ["a", "whole", 0.0, True], "unique_for": 600,
+                    "concurrency_limit": 2, "concurrency_key": "a"})
+    first = daemon("concurrency: 2\nrequire: jobs\nlog_level: info\n")
+    until(lambda: len(_started(r)) == 1, 15, first.log)
+    first.sigkill(everything=True)
+    second = daemon("concurrency: 2\nrequire: jobs\nlog_level: info\n")
+    until(lambda: len(_started(r)) == 2, 30, second.log)  # recovered and run again
+    [lock] = r.keys("forkq:unique:*")
+    assert r.get(lock) is not None and r.scard(SLOTS) == 1, "one slot: its second run"
+    r.rpush("test:gate:whole", 1, 1)
+    until(lambda: len(records(r)) == 1 and r.scard(SLOTS) == 0 and not r.keys("forkq:unique:*"),
+          15, second.log)
