@@ -175,3 +175,30 @@ def test_a_whole_daemon_killed_leaves_no_slot_and_no_lock_behind(
     r.rpush("test:gate:whole", 1, 1)
     until(lambda: len(records(r)) == 1 and r.scard(SLOTS) == 0 and not r.keys("forkq:unique:*"),
           15, second.log)
+
+
+def test_flow_control_fields_of_any_type_run_the_job_unlimited(r: redis.Redis,
+                                                               daemon: Any) -> None:
+    """Any client may write anything: fields of the wrong type or shape name no lock and no
+    slot; each job runs (or is buried as it would be), and the fetch goes on."""
+    bodies = [
+        {"concurrency_limit": "2", "concurrency_key": "a"},
+        {"concurrency_limit": 2, "concurrency_key": None},
+        {"concurrency_limit": 1.5, "concurrency_key": "a"},
+        {"concurrency_limit": -1, "concurrency_key": "a"},
+        {"unique_digest": 5},
+        {"unique_digest": "z" * 40},
+        {"unique_until": "start", "unique_digest": ["x"]},
+        {"expires_at": "soon"},
+        {"expires_at": None},
+    ]
+    for n, extra in enumerate(bodies):
+        job = {"class": "Record", "args": [n, '"concurrency_limit": 1 "unique_digest"'],
+               "jid": f"{n:024x}", "queue": "default", **extra}
+        r.lpush("queue:default", json.dumps(job))
+    r.lpush("queue:default", '{"class":"Record","args":[],"concurrency_limit":1,'
+                             '"concurrency_key":"a","jid":"' + "f" * 24 + '"')  # not JSON
+    d = daemon("concurrency: 2\nrequire: jobs\nlog_level: warning\n")
+    until(lambda: len(records(r)) == len(bodies) and r.zcard("dead") == 1, 15, d.log)
+    assert not r.keys("forkq:slots:*") and not r.keys("forkq:unique:*")
+    assert "Traceback" not in d.log(), d.log()
