@@ -87,8 +87,3 @@ def lock_of(payload: payloads.Payload) -> tuple[str, str] | None:
     except ValueError:
         return None
     return lock_key(found), jid
-
-
-def released_at_start(payload: payloads.Payload) -> bool:
-    """Whether the job's lock goes when it starts (``unique_until: start``)."""
-    return payload.get(UNTIL) == "start"

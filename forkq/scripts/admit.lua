@@ -9,9 +9,10 @@
 if redis.call("LINDEX", KEYS[1], 1) ~= ARGV[1] then
   return 0
 end
-if take_slot(ARGV[1]) then
+local full = take_slot(ARGV[1])
+if not full then
   return 1
 end
 redis.call("LPOP", KEYS[1], 2)
-block(ARGV[1])
+block(ARGV[1], full)
 return 0

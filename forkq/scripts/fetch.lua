@@ -155,11 +155,12 @@ while k <= orders do
 end
 local admitted = {}  -- a job whose concurrency slots are all taken waits in its line
 for i = 1, #taken, 2 do
-  if take_slot(taken[i + 1]) then
+  local full = take_slot(taken[i + 1])
+  if full then
+    block(taken[i + 1], full)
+  else
     admitted[#admitted + 1] = taken[i]
     admitted[#admitted + 1] = taken[i + 1]
-  else
-    block(taken[i + 1])
   end
 end
 taken = admitted

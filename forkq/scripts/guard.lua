@@ -121,31 +121,35 @@ local function own_queue(job)
   return "queue:default"
 end
 
--- Take a slot for `job` if it needs one: true when it may run (a slot taken, or none
--- needed), false when its slots are all taken: the caller moves it to the waiting line
--- (block), where it waits, unpolled, until a slot is freed (release_slot).
+-- Whether `key` holds `kind` or nothing.
+local function holds(key, kind)
+  local held = redis.call("TYPE", key)["ok"]
+  return held == kind or held == "none"
+end
+
+-- Take a slot for `job` if it needs one: nil when it may run (a slot taken, or none
+-- needed), else its slots key (all taken): the caller puts it in the waiting line (block),
+-- where it waits, unpolled, until a slot is freed (release_slot).
 local function take_slot(job)
   local slots, limit, jid = slot_of(job)
-  if not slots or redis.call("TYPE", slots)["ok"] ~= "set" and
-      redis.call("TYPE", slots)["ok"] ~= "none" then
-    return true  -- no slot needed, or a slots key of another type: runs unlimited
+  if not slots or not holds(slots, "set") then
+    return nil  -- no slot needed, or a slots key of another type: runs unlimited
   end
   if redis.call("SISMEMBER", slots, jid) == 1 or redis.call("SCARD", slots) < limit then
     redis.call("SADD", slots, jid)
-    return true
+    return nil
   end
-  return false
+  return slots
 end
 
--- Put `job` at the end of its waiting line (its slots are all taken).
-local function block(job)
-  local slots = slot_of(job)
+-- Put `job` at the end of the waiting line of `slots` (take_slot's answer).
+local function block(job, slots)
   local line = slots .. ":blocked"
-  if redis.call("TYPE", line)["ok"] ~= "list" and redis.call("TYPE", line)["ok"] ~= "none" then
+  if holds(line, "list") then
+    redis.call("RPUSH", line, job)
+  else
     redis.call("RPUSH", own_queue(job), job)  -- a line of another type: back to its queue
-    return
   end
-  redis.call("RPUSH", line, job)
 end
 
 -- Free the slot `job` holds, if it holds one, and move the first job of its waiting line,
@@ -163,7 +167,7 @@ local function release_slot(job)
     local next_job = redis.call("LPOP", line)
     if next_job then
       local queue = own_queue(next_job)
-      if redis.call("TYPE", queue)["ok"] == "list" or redis.call("TYPE", queue)["ok"] == "none" then
+      if holds(queue, "list") then
         redis.call("RPUSH", queue, next_job)
       else
         redis.call("LPUSH", line, next_job)  -- its queue is of another type: it waits on
