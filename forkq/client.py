@@ -5,7 +5,9 @@ Wire protocol (Sidekiq's, docs/sidekiq-wire.md §2), one round trip per call:
 - immediate: pipeline ``SADD queues <q>`` + ``LPUSH queue:<q> <json>...``; the
   payload carries ``enqueued_at``;
 - scheduled (``at`` in the future): ``ZADD schedule <at> <json>``, without
-  ``enqueued_at``; an ``at`` in the past pushes immediately.
+  ``enqueued_at``; an ``at`` in the past pushes immediately;
+- a unique job (its lock), a job of a group pushed now (its index): ``EVALSHA`` of
+  ``push.lua``, in the same round trip.
 
 An ``at`` or interval below 1,000,000,000 is relative to now, as Sidekiq. Each payload
 is encoded once, just before sending (:func:`forkq.payload.encode_bytes`; a ``push_bulk``
@@ -34,7 +36,7 @@ from typing import Any, NamedTuple, Protocol
 
 import redis
 
-from forkq import concurrency, keys, scripts, unique
+from forkq import concurrency, groups, keys, scripts, unique
 from forkq import payload as payloads
 from forkq.connection import KeptConnections, MasterLost, connect, round_trip
 from forkq.errors import EnqueueError
@@ -139,7 +141,8 @@ class Client:
         fields = _fields(item)
         jids = payloads.new_jids(len(arg_lists)) if fields.jid is None else None
         if (jids is not None and ats is None and not self.middleware and _diversion is None
-                and unique.FOR not in fields.extra and "expires_in" not in fields.extra):
+                and unique.FOR not in fields.extra and "expires_in" not in fields.extra
+                and groups.FIELD not in fields.extra):
             self._push_now(fields, arg_lists, jids, now)  # the common case, encoded at once
             return jids
         jobs: list[tuple[payloads.Payload, float | None]] = []
@@ -178,7 +181,8 @@ class Client:
 
     def _send(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> set[str]:
         """One round trip: ZADD the future jobs; SADD + one LPUSH per queue for the rest;
-        a unique job with its lock (push_unique.lua) (or, while a testing mode is on, no
+        a unique job with its lock, a job of a group with its index (push.lua) (or, while
+        a testing mode is on, no
         Redis at all: see :func:`divert`). The jids of the unique jobs dropped.
 
         Each payload is encoded once, here, before anything is sent (TypeError/ValueError
@@ -195,8 +199,8 @@ class Client:
         carried: list[list[str]] = []  # the jids each command carries ([] for the index)
         immediate: dict[str, list[payloads.Payload]] = {}
         for payload, at in jobs:
-            if unique.FOR in payload:
-                commands.append(_unique_push(payload, at, now))
+            if unique.FOR in payload or groups.FIELD in payload:
+                commands.append(_script_push(payload, at, now))
                 carried.append([payload["jid"]])
             elif at is not None and at > now:
                 commands.append(("ZADD", keys.SCHEDULE, at, payloads.encode_bytes(payload)))
@@ -216,14 +220,14 @@ class Client:
                     ) -> list[Any]:
         """Send ``commands`` in one write; ``carried`` names the jids each one carries, for
         the :class:`EnqueueError` raised unless every command that carries jobs succeeded.
-        A script the server did not know (a unique push's) is loaded and its commands sent
+        A script the server did not know (push.lua) is loaded and its commands sent
         again: refused with NOSCRIPT, they ran nothing. The replies."""
         try:
             results = self._exchange(commands)
             unknown = [i for i, result in enumerate(results)
                        if isinstance(result, redis.exceptions.NoScriptError)]
             if unknown:
-                self._exchange([("SCRIPT", "LOAD", scripts.source("push_unique"))])
+                self._exchange([("SCRIPT", "LOAD", scripts.source("push"))])
                 again = self._exchange([commands[i] for i in unknown])
                 for i, result in zip(unknown, again, strict=True):
                     results[i] = result
@@ -241,25 +245,28 @@ class Client:
                 else self._kept.round_trip(commands))
 
 
-def _unique_push(payload: payloads.Payload, at: float | None, now: float) -> tuple[Any, ...]:
-    """The EVALSHA of push_unique.lua that pushes ``payload`` (due at ``at``) with its lock;
-    the payload gains the lock's digest (:mod:`forkq.unique`)."""
-    unique.check(payload)
-    digest = unique.digest(payload["class"], payload["queue"], payload["args"])
-    payload[unique.DIGEST] = digest
+def _script_push(payload: payloads.Payload, at: float | None, now: float) -> tuple[Any, ...]:
+    """The EVALSHA of push.lua that pushes ``payload`` (due at ``at``): a unique job with
+    its lock (the payload gains the lock's digest, :mod:`forkq.unique`), a job of a group
+    with its index (:mod:`forkq.groups`)."""
+    lock, ttl = "", 0
+    if unique.FOR in payload:
+        unique.check(payload)
+        digest = unique.digest(payload["class"], payload["queue"], payload["args"])
+        payload[unique.DIGEST] = digest
+        lock, ttl = unique.lock_key(digest), unique.ttl(payload, at, now)
     scheduled = at is not None and at > now
     if not scheduled:
         payload["enqueued_at"] = now
     target = keys.SCHEDULE if scheduled else keys.queue(payload["queue"])
-    return ("EVALSHA", _push_unique_sha(), 3, unique.lock_key(digest), target, keys.QUEUES,
-            payload["jid"], unique.ttl(payload, at, now), payloads.encode_bytes(payload),
-            at if scheduled else "", payload["queue"])
+    return ("EVALSHA", _push_sha(), 3, lock, target, keys.QUEUES, payload["jid"], ttl,
+            payloads.encode_bytes(payload), at if scheduled else "", payload["queue"])
 
 
 @functools.cache
-def _push_unique_sha() -> str:
-    """The SHA-1 of push_unique.lua as served (read at the first unique push)."""
-    return hashlib.sha1(scripts.source("push_unique").encode()).hexdigest()
+def _push_sha() -> str:
+    """The SHA-1 of push.lua as served (read at the first push that needs it)."""
+    return hashlib.sha1(scripts.source("push").encode()).hexdigest()
 
 
 def _check_results(carried: list[list[str]], results: list[Any]) -> None:
@@ -305,6 +312,8 @@ def _fields(item: Mapping[str, Any]) -> _Fields:
         unique.check(extra)
     if "expires_in" in extra:
         payloads.check_expires_in(extra["expires_in"])
+    if groups.FIELD in extra or groups.LIMIT in extra:
+        groups.apply(extra)  # group_limit becomes the concurrency limit it is
     if concurrency.LIMIT in extra:
         concurrency.check_limit(extra[concurrency.LIMIT])
         extra.setdefault(concurrency.KEY, "")  # none given: one key for the whole class

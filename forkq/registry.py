@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, ParamSpec, overload
 
 from forkq import client as _client
-from forkq import concurrency, unique
+from forkq import concurrency, groups, unique
 from forkq import payload as payloads
 from forkq.errors import UnknownJobError
 
@@ -63,6 +63,7 @@ class JobOptions:
     retry_on: Exceptions | None = None
     discard_on: Exceptions = ()
     concurrency_key: concurrency.KeyOf | str | None = None  # a concurrency_limit's key
+    group: groups.GroupOf | str | None = None  # the job's tenant (forkq.groups)
 
     def rules(self) -> RetryRules:
         """What a failure of the job is planned by."""
@@ -83,9 +84,12 @@ class JobOptions:
                 known[name] = _exceptions(name, known[name])
         if known.get("concurrency_key") is not None:
             concurrency.check_key(known["concurrency_key"])
+        if known.get("group") is not None:
+            groups.check_group_of(known["group"])
         extra = {k: v for k, v in overrides.items() if k not in known}
         _check_options(known)
         _check_extra({**self.extra, **extra})
+        groups.check_options({**self.extra, **extra}, known.get("group", self.group))
         return replace(self, extra={**self.extra, **extra}, **known)
 
 
@@ -186,6 +190,8 @@ class Enqueue:
         if concurrency.LIMIT in item:  # its key, from its arguments (concurrency_key)
             item[concurrency.KEY] = concurrency.key_of(self._options.concurrency_key,
                                                        list(args))
+        if self._options.group is not None:  # its tenant, from its arguments
+            item[groups.FIELD] = groups.group_of(self._options.group, list(args))
         return item
 
 
@@ -220,6 +226,7 @@ def job(
     retry_on: type[BaseException] | Exceptions | None = None,
     discard_on: type[BaseException] | Exceptions = (),
     concurrency_key: concurrency.KeyOf | str | None = None,
+    group: groups.GroupOf | str | None = None,
     registry: Registry = REGISTRY,
     **extra: Any,
 ) -> Callable[[Callable[P, Any]], JobFunction[P]]: ...
@@ -236,12 +243,14 @@ def job(
     retry_on: type[BaseException] | Exceptions | None = None,
     discard_on: type[BaseException] | Exceptions = (),
     concurrency_key: concurrency.KeyOf | str | None = None,
+    group: groups.GroupOf | str | None = None,
     registry: Registry = REGISTRY,
     **extra: Any,
 ) -> Any:
     """Register a function as a job: ``@job`` or ``@job(queue="critical", retry=5)``.
     ``retry_on`` / ``discard_on``: an exception class or a tuple of them (see
-    :class:`RetryRules`).
+    :class:`RetryRules`). ``group``: the job's tenant, a function of its arguments or a
+    string (:mod:`forkq.groups`).
 
     The function stays callable as before and gains ``perform_async`` and friends.
     Only JSON-native arguments can be enqueued.
@@ -253,9 +262,12 @@ def job(
         _check_extra(extra)
         if concurrency_key is not None:
             concurrency.check_key(concurrency_key)
+        if group is not None:
+            groups.check_group_of(group)
+        groups.check_options(extra, group)
         options = JobOptions(queue, retry, backtrace, retry_in, dict(extra),
                              None if retry_on is None else _exceptions("retry_on", retry_on),
-                             _exceptions("discard_on", discard_on), concurrency_key)
+                             _exceptions("discard_on", discard_on), concurrency_key, group)
         wire_name = name or f"{target.__module__}.{target.__qualname__}"
         registry.register(JobSpec(wire_name, target, options))
         return JobFunction(target, wire_name, options)
@@ -330,7 +342,7 @@ def _check_extra(extra: dict[str, Any]) -> None:
 
 
 _OPTIONS = frozenset({"queue", "retry", "backtrace", "retry_in", "retry_on", "discard_on",
-                      "concurrency_key"})
+                      "concurrency_key", "group"})
 """The options that stay in the job's registration (the others travel in the payload)."""
 
 

@@ -5,7 +5,7 @@ the job's class, queue and arguments, ``forkq:unique:<digest>``, holding the job
 ``unique_for`` seconds (a scheduled job's for its wait too). A push of the same (class,
 queue, args) while the lock is held is dropped: ``push`` and ``perform_async`` return None,
 ``push_bulk`` leaves its jid out. The lock and the push are one atomic step
-(``push_unique.lua``), so a lock is never taken for a job that was not pushed.
+(``push.lua``), so a lock is never taken for a job that was not pushed.
 
 The lock goes with the job, never with a process:
 

@@ -364,3 +364,26 @@ def limited(key: str, marker: str, seconds: float = 0.0, gate: bool = False) -> 
 @job(name="counted")
 def counted(n: int) -> None:
     """Does nothing (the job's path, not its body, is what a test looks at)."""
+
+
+@job(name="tenant", queue="tenants", group=lambda customer, *rest: customer)
+def tenant(customer: str, n: int, seconds: float = 0.0) -> None:
+    """A tenant's job: sleeps ``seconds``, then appends ``<customer>:<n>`` to
+    ``test:order`` (the order in which the jobs finished)."""
+    time.sleep(seconds)
+    clients.default().redis.rpush("test:order", f"{customer}:{n}")
+
+
+@job(name="tenant_limited", queue="tenants", group=lambda customer, *rest: customer,
+     group_limit=1)
+def tenant_limited(customer: str, marker: str, seconds: float) -> None:
+    """At most 1 runs at once per customer: records how many of its customer run as it
+    starts (as :func:`limited` does), then sleeps ``seconds``."""
+    r = clients.default().redis
+    me = f"{os.getpid()}:{marker}"
+    r.sadd(f"test:running:{customer}", me)
+    live = [m for m in r.smembers(f"test:running:{customer}") if _alive(int(m.split(b":")[0]))]
+    _note("test:started", marker=marker, customer=customer, running=len(live))
+    time.sleep(seconds)
+    r.srem(f"test:running:{customer}", me)
+    _note("test:ran", marker=marker, customer=customer)

@@ -1,4 +1,6 @@
--- admit.lua: may the job a blocking move just brought run? (forkq/concurrency.py)
+-- admit.lua: may the job a blocking move just brought run? (forkq/concurrency.py) A job
+-- of a group leaves its group's index (forkq/groups.py: it left the queue another way
+-- than its group's turn).
 --
 -- KEYS[1]  the processor's in-flight list, holding {queue key, job} after BLMOVE
 -- ARGV[1]  the job
@@ -9,6 +11,7 @@
 if redis.call("LINDEX", KEYS[1], 1) ~= ARGV[1] then
   return 0
 end
+unindex_group(queue_key(redis.call("LINDEX", KEYS[1], 0)), ARGV[1])
 local full = take_slot(ARGV[1])
 if not full then
   return 1

@@ -106,6 +106,69 @@ elseif pause_kind ~= "none" then
   skipped[1] = KEYS[5]
   kinds[KEYS[5]] = pause_kind
 end
+-- Fair tenants (forkq/groups.py): a queue with a rotation is taken from by turns. A turn
+-- moves the rotation's first name to its end; a group's turn takes that group's oldest job
+-- (its index's right end) out of the queue's list wherever it is, searched for from the
+-- end it is nearer to (the oldest PROBE jobs are looked at first); "" takes the queue's
+-- oldest job. Index entries whose job is gone are dropped, STALE at most per call.
+local PROBE, STALE = 128, 100
+local function turn(queue, rotation)
+  local stale = 0
+  for _ = 1, redis.call("LLEN", rotation) do
+    local group = redis.call("LMOVE", rotation, rotation, "LEFT", "RIGHT")
+    if group == "" then
+      local job = redis.call("RPOP", queue)
+      if job then
+        unindex_group(queue, job)
+        return job
+      end
+    elseif group then
+      local list = group_key(queue, group)
+      local kind = redis.call("TYPE", list)["ok"]
+      while kind == "list" and stale < STALE do
+        local job = redis.call("RPOP", list)
+        if not job then
+          break
+        end
+        local near_end = redis.call("LPOS", queue, job, "RANK", -1, "MAXLEN", PROBE)
+        if redis.call("LREM", queue, near_end and -1 or 1, job) == 1 then
+          if redis.call("LLEN", list) == 0 then
+            leave_rotation(rotation, group)
+          end
+          return job
+        end
+        stale = stale + 1
+      end
+      if redis.call("TYPE", list)["ok"] ~= "list" then
+        leave_rotation(rotation, group)  -- emptied, or of another type: its jobs run in "" turns
+      end
+    end
+  end
+  return nil
+end
+-- Take one job from `queue`: by turns when it has a rotation, else its oldest. An error
+-- reply (a table) when the queue key holds another type.
+-- A rotation whose queue is gone indexes only jobs that are gone: it is dropped.
+local rotations = {}  -- queue key -> its rotation key, or false
+local function take(queue)
+  local rotation = rotations[queue]
+  if rotation == nil then
+    rotation = rotation_of(queue)
+    if redis.call("TYPE", rotation)["ok"] ~= "list" then
+      rotation = false
+    elseif redis.call("TYPE", queue)["ok"] ~= "list" then
+      if redis.call("EXISTS", queue) == 0 then
+        drop_rotation(queue, rotation)
+      end
+      rotation = false
+    end
+    rotations[queue] = rotation
+  end
+  if rotation then
+    return turn(queue, rotation)
+  end
+  return redis.pcall("RPOP", queue)
+end
 local orders = #ARGV - 6
 local deep = tonumber(ARGV[5])
 local k = 1
@@ -116,7 +179,7 @@ while k <= orders do
     if queue and not kinds[queue] and not paused[queue] then
       -- the first job is popped at once; a further one only from a deep queue
       local length = k == 1 and 1 or redis.pcall("LLEN", queue)
-      local job = k == 1 and redis.pcall("RPOP", queue)
+      local job = k == 1 and take(queue)
       if type(length) == "table" or type(job) == "table" then  -- an error: another type
         kinds[queue] = redis.call("TYPE", queue)["ok"]
         skipped[#skipped + 1] = queue
@@ -124,9 +187,12 @@ while k <= orders do
         if k > 1 and length < deep then
           break  -- a shallow queue: this batch ends here
         end
-        taken[#taken + 1] = queue
-        taken[#taken + 1] = job or redis.call("RPOP", queue)
-        from = queue
+        job = job or take(queue)
+        if job then
+          taken[#taken + 1] = queue
+          taken[#taken + 1] = job
+          from = queue
+        end
         break
       end
     end
@@ -138,7 +204,7 @@ while k <= orders do
   -- queue before it in that order is empty or skipped), one job each while it stays deep:
   -- take those jobs with one RPOP. Where it turns shallow or empty, the loop goes on.
   local same = 0
-  while k + same < orders and ARGV[7 + k + same] == ARGV[6 + k] do
+  while not rotations[from] and k + same < orders and ARGV[7 + k + same] == ARGV[6 + k] do
     same = same + 1
   end
   local more = 0

@@ -175,3 +175,87 @@ local function release_slot(job)
     end
   end
 end
+
+-- Fair tenants (forkq/groups.py). A job whose payload names a "group" (a non-empty string)
+-- in queue:<name> is indexed on its group's list forkq:group:<#name>:<name>:<group> (oldest
+-- at the right), and the group has a place in the queue's rotation forkq:groups:<name> (a
+-- list of group names, "" first: the turn of the queue's oldest job) while its list holds
+-- jobs. The queue's list is the truth, the index a guide (fetch.lua's turn drops entries
+-- whose job is gone). Returns the group a job names, or nil (one plain substring search
+-- when it names none).
+local function group_of(job)
+  if type(job) ~= "string" or not string.find(job, '"group"', 1, true) then
+    return nil
+  end
+  local ok, payload = pcall(cjson.decode, job)
+  if not ok or type(payload) ~= "table" or type(payload["group"]) ~= "string"
+      or payload["group"] == "" then
+    return nil
+  end
+  return payload["group"]
+end
+
+local function rotation_of(queue)
+  return "forkq:groups:" .. string.sub(queue, 7)
+end
+
+local function group_key(queue, group)
+  local name = string.sub(queue, 7)
+  return "forkq:group:" .. #name .. ":" .. name .. ":" .. group
+end
+
+-- Index `job`, just pushed at the head of `queue`, if it names a group. An index key of
+-- another type leaves it unindexed: it runs in the oldest job's turn.
+local function index_group(queue, job)
+  local group = group_of(job)
+  if not group then
+    return
+  end
+  local rotation, list = rotation_of(queue), group_key(queue, group)
+  if not holds(rotation, "list") or not holds(list, "list") then
+    return
+  end
+  if redis.call("LPUSH", list, job) == 1 then
+    if redis.call("LLEN", rotation) == 0 then
+      redis.call("RPUSH", rotation, "")
+    end
+    redis.call("RPUSH", rotation, group)
+  end
+end
+
+-- Take `group` out of `rotation` (its list is empty); a rotation left with only the
+-- oldest job's turn is deleted: its queue is fetched as a queue without groups again.
+local function leave_rotation(rotation, group)
+  redis.call("LREM", rotation, 0, group)
+  if redis.call("LLEN", rotation) == 1 and redis.call("LINDEX", rotation, 0) == "" then
+    redis.call("DEL", rotation)
+  end
+end
+
+-- `job` left `queue` another way than its group's turn (a blocking move, the oldest
+-- job's turn): drop its index entry, if it has one.
+local function unindex_group(queue, job)
+  local group = group_of(job)
+  if not group then
+    return
+  end
+  local rotation, list = rotation_of(queue), group_key(queue, group)
+  if redis.call("TYPE", list)["ok"] ~= "list" or redis.call("LREM", list, -1, job) == 0 then
+    return
+  end
+  if redis.call("LLEN", list) == 0 and redis.call("TYPE", rotation)["ok"] == "list" then
+    leave_rotation(rotation, group)
+  end
+end
+
+-- Drop `queue`'s rotation and the index lists it names (the queue holds none of their
+-- jobs any more: it is gone, or cleared).
+local function drop_rotation(queue, rotation)
+  for _, group in ipairs(redis.call("LRANGE", rotation, 0, -1)) do
+    local list = group_key(queue, group)
+    if group ~= "" and redis.call("TYPE", list)["ok"] == "list" then
+      redis.call("DEL", list)
+    end
+  end
+  redis.call("DEL", rotation)
+end

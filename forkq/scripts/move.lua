@@ -36,6 +36,7 @@ for i = 3, #ARGV, 3 do
       skip(queue, kind)
     elseif redis.call("ZREM", KEYS[2], ARGV[i]) == 1 then
       redis.call("LPUSH", queue, ARGV[i + 1])
+      index_group(queue, ARGV[i + 1])  -- a job of a group joins its rotation (groups.py)
       if type(try("SADD", KEYS[3], ARGV[i + 2])) == "table" then
         skip(KEYS[3], redis.call("TYPE", KEYS[3])["ok"])
       end

@@ -53,7 +53,7 @@ from typing import Any
 import psutil
 import redis
 
-from forkq import concurrency, hooks, keys, limiter
+from forkq import concurrency, groups, hooks, keys, limiter
 from forkq import payload as payloads
 from forkq.config import Config
 from forkq.daemon import child_process
@@ -287,7 +287,8 @@ class Processor:
         fetched = self.effects.idle(lane.number)
         if fetched is None:
             return None
-        if concurrency.MARKER in fetched.raw and not self.effects.admit(lane.number, fetched):
+        if ((concurrency.MARKER in fetched.raw or groups.MARKER in fetched.raw)
+                and not self.effects.admit(lane.number, fetched)):
             return None  # its concurrency slots are all taken: it waits in its line
         self.effects.busy(lane.number)
         lane.progress.start(fetched.raw)

@@ -1,0 +1,33 @@
+-- push.lua: push a job that needs more than an LPUSH, in one step: a unique job takes its
+-- lock (forkq/unique.py); a job of a group pushed to its queue joins the queue's rotation
+-- (index_group in guard.lua, forkq/groups.py).
+--
+-- KEYS[1]  the lock, forkq:unique:<digest>, or "" for a job without one
+-- KEYS[2]  where the job goes: queue:<name> (a list) or schedule (a sorted set)
+-- KEYS[3]  queues, the index of queue names (best effort)
+-- ARGV[1]  the job's jid, held by the lock
+-- ARGV[2]  the lock's TTL in seconds
+-- ARGV[3]  the job JSON
+-- ARGV[4]  the score (run-at epoch) for schedule, or "" to push to the queue now
+-- ARGV[5]  the queue's name, for KEYS[3]
+--
+-- Returns 1 when the job was pushed (with its lock), 0 when the lock is held (by an
+-- earlier push of the same job): nothing is written then. Refuses, writing nothing, when
+-- KEYS[1] or KEYS[2] holds another type (the error names the key).
+local locked = KEYS[1] ~= ""
+local bad = (locked and wrong_type(KEYS[1], "string"))
+  or wrong_type(KEYS[2], ARGV[4] == "" and "list" or "zset")
+if bad then
+  return redis.error_reply(bad)
+end
+if locked and not redis.call("SET", KEYS[1], ARGV[1], "NX", "EX", ARGV[2]) then
+  return 0
+end
+if ARGV[4] == "" then
+  redis.call("LPUSH", KEYS[2], ARGV[3])
+  index_group(KEYS[2], ARGV[3])
+  try("SADD", KEYS[3], ARGV[5])
+else
+  redis.call("ZADD", KEYS[2], ARGV[4], ARGV[3])
+end
+return 1
