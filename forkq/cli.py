@@ -144,8 +144,8 @@ def _operator_parsers(commands: Any) -> None:
     commands.add_parser("status", parents=[common], help="processes, busy processors, queues "
                         "and totals").set_defaults(func=_operator)
     commands.add_parser("limits", parents=[common], help="concurrency limits (jobs running "
-                        "and waiting per key) and the limiters in use").set_defaults(
-                            func=_operator)
+                        "and waiting per key), the limiters in use, the groups waiting"
+                        ).set_defaults(func=_operator)
     uniques = commands.add_parser("uniques", parents=[common],
                                   help="unique jobs' locks: the job holding each, time left")
     uniques.add_argument("--limit", type=int, default=100, help="show at most N (0: all)")

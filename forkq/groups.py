@@ -92,9 +92,12 @@ def check_options(extra: dict[str, Any], group: Any) -> None:
                          "is a concurrency limit keyed by the group")
 
 
+ROTATION_PREFIX = "forkq:groups:"
+
+
 def rotation_key(queue: str) -> str:
     """The rotation of queue ``queue`` (a list of group names, ``""`` first)."""
-    return f"forkq:groups:{queue}"
+    return ROTATION_PREFIX + queue
 
 
 def group_key(queue: str, group: str) -> str:

@@ -190,13 +190,17 @@ def test_forkq_limits_and_uniques_show_what_flow_control_holds(r: redis.Redis,
         pass
     jid = client.push({"class": "Record", "args": [1], "unique_for": 600})
     r.set("forkq:limiter:window:broken", "x")
+    for n in range(3):
+        client.push({"class": "tenant", "queue": "tenants", "args": ["acme", n], "group": "acme"})
     cli = Forkq(server)
     out, err = cli.text("limits", code=1)
     assert re.search(r"limited:acct-1 +2 +1", out) and re.search(r"window +api +1", out), out
+    assert re.search(r"tenants +acme +3", out), out
     assert "forkq:limiter:window:broken" in err
     data = cli.json("limits", code=1)
     assert data["slots"] == [{"name": "limited:acct-1", "running": 2, "waiting": 1}]
     assert {"kind": "window", "name": "api", "used": 1.0} in data["limiters"]
+    assert data["groups"] == [{"queue": "tenants", "group": "acme", "waiting": 3}]
     out, _ = cli.text("uniques")
     assert "Unique locks: 1" in out and str(jid) in out
     [lock] = cli.json("uniques")["locks"]

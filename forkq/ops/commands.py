@@ -431,20 +431,25 @@ def _place_text(place: Place, now: float, lock: dict[str, Any] | None = None) ->
 
 
 def limits(client: redis.Redis, args: argparse.Namespace) -> Outcome:
-    """``limits``: the concurrency limits' keys (running, waiting) and the limiters in use
-    (:mod:`forkq.ops.flow`); a damaged key is named on stderr (exit 1)."""
+    """``limits``: the concurrency limits' keys (running, waiting), the limiters in use and
+    the groups waiting in queues with groups (:mod:`forkq.ops.flow`); a damaged key is
+    named on stderr (exit 1)."""
     found = flow.Reading()
     flow.concurrency_keys(client, found)
     flow.limiters(client, found)
+    flow.queue_groups(client, found)
     text = "\n\n".join([
         f"Concurrency limits ({len(found.slots)} keys)\n" + tables.table(
             ["CLASS:KEY", "RUNNING", "WAITING"],
             [[s.name, s.running, s.waiting] for s in found.slots]),
         f"Limiters ({len(found.limiters)})\n" + tables.table(
             ["KIND", "NAME", "IN USE"], [[u.kind, u.name, f"{u.used:g}"] for u in found.limiters]),
+        f"Groups waiting ({len(found.groups)})\n" + tables.table(
+            ["QUEUE", "GROUP", "WAITING"], [[g.queue, g.group, g.waiting] for g in found.groups]),
     ])
     data = {"slots": [vars(s) for s in found.slots],
-            "limiters": [vars(u) for u in found.limiters], "damaged": found.damaged}
+            "limiters": [vars(u) for u in found.limiters],
+            "groups": [vars(g) for g in found.groups], "damaged": found.damaged}
     return Outcome(data, text, *_damaged(found.damaged))
 
 

@@ -1,9 +1,11 @@
 """What flow control holds now, read only (``forkq limits``, ``forkq uniques``): the
-concurrency limits' keys (running, waiting), the limiters in use, the unique locks.
+concurrency limits' keys (running, waiting), the limiters in use, the groups waiting in
+the queues with groups, the unique locks.
 
 Each reading is a ``SCAN`` of its prefix (``forkq:slots:``, ``forkq:limiter:``,
-``forkq:unique:``) and one read per key found: O(keys). A key of another type than its
-kind is reported as damaged (named) and skipped; the reading goes on.
+``forkq:groups:``, ``forkq:unique:``) and one read per key found: O(keys). A key of
+another type than its kind is reported as damaged (named) and skipped; the reading goes
+on.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from forkq import concurrency, keys, limiter
+from forkq import concurrency, groups, keys, limiter
 from forkq.connection import text
 
 
@@ -44,6 +46,15 @@ class Lock:
     ttl: int | None
 
 
+@dataclass(frozen=True)
+class Group:
+    """A group with jobs waiting in a queue with groups (:mod:`forkq.groups`)."""
+
+    queue: str
+    group: str
+    waiting: int
+
+
 @dataclass
 class Reading:
     """What one reading found, and the keys it skipped (another type)."""
@@ -51,6 +62,7 @@ class Reading:
     slots: list[Slots] = field(default_factory=list)
     limiters: list[InUse] = field(default_factory=list)
     locks: list[Lock] = field(default_factory=list)
+    groups: list[Group] = field(default_factory=list)
     damaged: list[str] = field(default_factory=list)
 
 
@@ -100,6 +112,17 @@ def _used(client: redis.Redis, kind: str, key: str) -> float | None:
     if kind == "leaky" and held == "hash":
         return round(float(client.hget(key, "level") or 0), 2)
     return None
+
+
+def queue_groups(client: redis.Redis, found: Reading) -> None:
+    """Every group waiting in a queue with groups, in each queue's turn order."""
+    for key in _scan(client, groups.ROTATION_PREFIX):
+        if text(client.type(key)) != "list":
+            found.damaged.append(key)
+            continue
+        queue = key.removeprefix(groups.ROTATION_PREFIX)
+        found.groups += [Group(queue, name, waiting)
+                         for name, waiting in groups.waiting(client, queue)]
 
 
 def unique_locks(client: redis.Redis, found: Reading, limit: int = 0) -> int:
