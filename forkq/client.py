@@ -58,6 +58,9 @@ class Diversion(Protocol):
     def result(self, jid: str) -> Any:
         """The answer of :func:`result` for ``jid`` (it does not wait)."""
 
+    def enter_limiter(self, name: str) -> bool:
+        """Whether an entry of limiter ``name`` (one built without a client) is admitted."""
+
 
 _diversion: Diversion | None = None
 
@@ -70,6 +73,11 @@ def divert(diversion: Diversion | None) -> Diversion | None:
     global _diversion
     previous, _diversion = _diversion, diversion
     return previous
+
+
+def diverted() -> Diversion | None:
+    """The diversion on (a testing mode), or None: pushes go to Redis."""
+    return _diversion
 
 
 def at_epoch(value: float) -> float:

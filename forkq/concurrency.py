@@ -63,5 +63,8 @@ def blocked_key(klass: str, key: str) -> str:
     return slots_key(klass, key) + ":blocked"
 
 
+LINES = "forkq:lines"
+"""The waiting lines that held a job (a set; a line emptied by a cancel may stay listed)."""
+
 MARKER = b'"concurrency_limit"'
 """In a job's bytes when it names a concurrency limit (a byte search, no decode)."""

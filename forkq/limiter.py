@@ -111,7 +111,15 @@ class Limiter:
         self.release()
 
     def acquire(self) -> None:
-        """Wait up to ``wait_timeout`` for room; OverLimit when none came."""
+        """Wait up to ``wait_timeout`` for room; OverLimit when none came. In a testing
+        mode (:mod:`forkq.testing`) a limiter built without a client asks the mode instead
+        of Redis, which answers at once."""
+        diversion = clients.diverted() if self._client is None else None
+        if diversion is not None:
+            if not diversion.enter_limiter(self.name):
+                raise self._over()
+            self._held.admitted_at = time.time()
+            return
         deadline = time.monotonic() + self.wait_timeout
         token = secrets.token_hex(8)
         while True:
@@ -123,10 +131,13 @@ class Limiter:
                 return
             left = deadline - time.monotonic()
             if left <= 0:
-                raise OverLimit(f"limiter {self.name!r} ({self.kind}, {self.count:g} per "
-                                f"{self.seconds:g} s) had no room within "
-                                f"{self.wait_timeout:g} s", limiter=self.name)
+                raise self._over()
             time.sleep(min(wait_ms / 1000, left))
+
+    def _over(self) -> OverLimit:
+        return OverLimit(f"limiter {self.name!r} ({self.kind}, {self.count:g} per "
+                         f"{self.seconds:g} s) had no room within {self.wait_timeout:g} s",
+                         limiter=self.name)
 
     def release(self) -> None:
         """Free the slot this thread took (a concurrent limiter; the others keep nothing)."""

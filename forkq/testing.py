@@ -80,6 +80,13 @@ class Mode:
         self.cancelled: set[str] = set()
         """Jids for which :func:`forkq.cancel_requested` answers True while this mode is on
         (what ``forkq cancel`` would make a running job see); empty at first."""
+        self.limiter_entries: dict[str, int] = {}
+        """How many entries each limiter (by name) admitted while this mode is on: in a
+        testing mode a limiter built without ``client=`` touches no Redis and admits every
+        entry at once, unless its name is in :attr:`over_limit`."""
+        self.over_limit: set[str] = set()
+        """Names of the limiters whose entries raise :class:`~forkq.errors.OverLimit` at
+        once while this mode is on (to test what the code does when a limit is reached)."""
         self.results: dict[str, Any] = {}
         """What :func:`forkq.result` answers: the JSON round trip of the value each job with
         ``result_ttl`` returned when it ran in this mode (a value JSON cannot carry is kept
@@ -139,6 +146,13 @@ class _ToTheInnermostMode:
 
     def cancel_requested(self, jid: str) -> bool:
         return jid in _modes[-1].cancelled
+
+    def enter_limiter(self, name: str) -> bool:
+        mode = _modes[-1]
+        if name in mode.over_limit:
+            return False
+        mode.limiter_entries[name] = mode.limiter_entries.get(name, 0) + 1
+        return True
 
     def result(self, jid: str) -> Any:
         found = _modes[-1].results.get(jid, _MISSING)

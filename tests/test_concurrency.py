@@ -16,6 +16,7 @@ import redis
 
 from forkq import concurrency
 from forkq.client import Client
+from forkq.metrics import prometheus
 from forkq.daemon.child_process import QUICK_DEATH
 from forkq.ops.cancel import cancel
 from forkq.registry import job
@@ -72,6 +73,7 @@ def test_at_most_the_limit_run_and_the_rest_wait_unpolled_in_order(
           lambda: f"{_started(r)} {r.llen(LINE)}; log:\n{d.log()}")
     assert sorted(row["marker"] for row in _started(r)) == ["g0", "g1", "other"]
     assert r.scard(SLOTS) == 2 and r.llen("queue:default") == 0
+    assert b'forkq_jobs_blocked{job_class="limited"} 3' in prometheus.exposition(r)
     time.sleep(0.5)
     assert len(_started(r)) == 3, "a blocked job ran with no slot freed"
     for n in range(5):  # each end frees a slot: the next of the line runs
@@ -82,6 +84,8 @@ def test_at_most_the_limit_run_and_the_rest_wait_unpolled_in_order(
     assert order == ["g0", "g1", "g2", "g3", "g4"] or sorted(order[:2]) == ["g0", "g1"]
     assert max(row["running"] for row in _started(r)) <= 2
     until(lambda: r.scard(SLOTS) == 0 and r.llen(LINE) == 0, 10, d.log)
+    assert not r.exists(concurrency.LINES)  # the emptied line is unlisted
+    assert b"forkq_jobs_blocked{" not in prometheus.exposition(r)
 
 
 def test_a_killed_holder_frees_its_slot_to_the_next_in_line(

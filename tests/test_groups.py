@@ -173,3 +173,24 @@ def test_a_killed_grouped_job_comes_back_and_nothing_of_the_index_is_left(
     [again] = [k for k in holding(r) if k != key]
     assert json.loads(r.lindex(again, 1))["jid"] == jid
     until(lambda: _index_keys(r) == [] and r.llen("test:order") == 1, 15, d.log)
+
+
+def test_index_keys_of_another_type_and_group_fields_of_any_type_stop_nothing(
+        r: redis.Redis, daemon: Any, default_client: Client) -> None:
+    """A rotation or a group's list of another type, a group that is no string: the jobs are
+    pushed and run all the same (taken in queue order), the other keys are left alone."""
+    r.set(groups.group_key("tenants", "broken"), "not a list")
+    for n in range(3):
+        jobs.tenant.perform_async("broken", n)  # its index is another type: unindexed
+        jobs.tenant.perform_async("fine", n)
+    r.rpush(groups.rotation_key("tenants"), "broken")  # as if it had been indexed
+    for field in (5, {"a": 1}, [], None, ""):
+        r.lpush("queue:tenants", json.dumps({"class": "tenant", "args": ["odd", 0],
+                                              "queue": "tenants", "jid": "x", "group": field}))
+    r.set(groups.rotation_key("other"), "x")
+    Client(r).push({"class": "tenant", "queue": "other", "args": ["other", 0], "group": "g"})
+    d = daemon(CONFIG.format(c=2).replace("[tenants]", "[tenants, other]"))
+    until(lambda: r.llen("test:order") == 12, 30, d.log)
+    assert r.get(groups.group_key("tenants", "broken")) == b"not a list"
+    assert r.get(groups.rotation_key("other")) == b"x"
+    assert _index_keys(r) == [b"forkq:group:7:tenants:broken", b"forkq:groups:other"]

@@ -8,6 +8,7 @@ from typing import Any
 import redis
 
 from forkq.client import Client
+from forkq.metrics import layout, prometheus
 
 from .conftest import until
 
@@ -23,3 +24,6 @@ def test_a_daemon_files_failures_by_the_jobs_retry_rules(r: redis.Redis, daemon:
     assert r.zcard("dead") == 1 and b'"value"' in r.zrange("dead", 0, -1)[0]
     log = d.log()
     assert "KeyError: 'key' -> drop" in log and "ValueError: value -> dead" in log, log
+    discarded = layout.series_field("default", "picky", "d")  # forkq_jobs_discarded_total
+    until(lambda: r.hget(layout.JOBS, discarded) == b"1", 15, "the discard is not counted")
+    assert b"forkq_jobs_discarded_total{" in prometheus.exposition(r)

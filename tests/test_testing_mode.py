@@ -586,3 +586,30 @@ def test_result_answers_from_the_mode_once_the_job_ran() -> None:
             forkq.result(unstorable)
     with testing.inline():
         assert forkq.result(str(jobs.answer_async.perform_async(3))) == [3, 3]
+
+
+@job(registry=REG)
+def call_api(n: int) -> None:
+    with API_LIMIT:
+        done.append(("call_api", n))
+
+
+API_LIMIT = forkq.limiter.window("api", 1, 60.0)
+
+
+@pytest.mark.parametrize("mode", [testing.fake, testing.inline])
+def test_limiters_admit_at_once_without_redis_and_count_their_entries(mode) -> None:
+    with mode(registry=REG) as on:
+        for n in range(3):  # a window of 1 per minute: Redis would refuse the second
+            call_api.perform_async(n)
+        if isinstance(on, testing.Fake):
+            on.drain()
+        assert on.limiter_entries == {"api": 3}
+        assert API_LIMIT.admitted_at is not None
+        on.over_limit.add("api")  # the limit reached, to test what the code does then
+        with pytest.raises(forkq.OverLimit, match="'api'"):
+            with API_LIMIT:
+                pass
+    with pytest.raises(redis.ConnectionError):  # the mode off: Redis is asked again
+        with API_LIMIT:
+            pass

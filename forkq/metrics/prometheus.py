@@ -9,8 +9,11 @@ Series (docs/metrics.md, "Prometheus", lists them too):
   Sidekiq's bucket edges (20 ms … 335 s), and ``forkq_jobs_expired_total{queue,job_class}``
   counter — jobs not run because their ``expires_at`` had passed, and
   ``forkq_jobs_overrated_total{queue,job_class}`` counter — runs a limiter's ``OverLimit``
-  ended, rescheduled: from
+  ended, rescheduled, and ``forkq_jobs_discarded_total{queue,job_class}`` counter — failed
+  runs dropped by the job's rules (``retry: false``, ``discard_on``): from
   ``forkq:metrics:jobs``, all time;
+- ``forkq_jobs_blocked{job_class}`` gauge — jobs waiting in concurrency limits' waiting
+  lines (those listed in ``forkq:lines``), now;
 - ``forkq_processed_total`` / ``forkq_failed_total`` counters — Sidekiq's ``stat:processed``
   / ``stat:failed`` (every Sidekiq-compatible process, Ruby too);
 - ``forkq_queue_size{queue}``, ``forkq_queue_latency_seconds{queue}``,
@@ -22,11 +25,13 @@ Series (docs/metrics.md, "Prometheus", lists them too):
   ``{identity,hostname,tag}``; ``forkq_leader`` — 1 when a scheduler leader holds office;
 - ``forkq_metrics_skipped_keys`` gauge — keys this scrape skipped (the wrong type).
 
-Bounded work: three pipelined round trips, whatever the keyspace: the registered sets
-(``queues``, ``processes``, ``forkq:paused``) and ``forkq:metrics:jobs``, then each listed
-queue (``LLEN``, ``LINDEX -1``; at most :data:`~forkq.metrics.sampler.MAX_QUEUES`) and each
-listed process (``HMGET``). Never ``KEYS`` or ``SCAN``. A key of the wrong type is skipped,
-counted and logged; the rest is exposed.
+Bounded work: four pipelined round trips, whatever the keyspace: the registered sets
+(``queues``, ``processes``, ``forkq:paused``, ``forkq:lines``) and ``forkq:metrics:jobs``,
+then each listed queue (``LLEN``, ``LINDEX -1``; at most
+:data:`~forkq.metrics.sampler.MAX_QUEUES`), each listed process (``HMGET``) and each listed
+waiting line (``LLEN``, ``LINDEX 0`` for its jobs' class; at most :data:`MAX_LINES`).
+Never ``KEYS`` or ``SCAN``. A key of the wrong type is skipped, counted and logged; the
+rest is exposed.
 """
 
 from __future__ import annotations
@@ -41,9 +46,12 @@ from typing import Any
 import redis
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from forkq import keys
+from forkq import concurrency, keys
+from forkq import payload as payloads
 from forkq.connection import text
+from forkq.errors import MalformedJobError
 from forkq.metrics import layout, sampler, text_format
+from forkq.metrics.recorder import job_class
 from forkq.metrics.report import skipped
 from forkq.metrics.text_format import Family
 from forkq.ops.processes import FIELDS, Process
@@ -54,6 +62,10 @@ CONTENT_TYPE: str = CONTENT_TYPE_LATEST
 # the ``le`` of each bucket as the text format writes it: Sidekiq's edges in seconds, +Inf
 _EDGES = [f"{ms / 1000:g}" for ms in layout.EDGES_MS] + ["+Inf"] * (
     layout.BUCKETS - len(layout.EDGES_MS))
+
+
+MAX_LINES = 1000
+"""The most waiting lines one scrape reads."""
 
 
 def exposition(client: redis.Redis) -> bytes:
@@ -81,10 +93,11 @@ class Snapshot:
     stats: dict[str, int] = field(default_factory=dict)
     leader: bool = False
     skipped: int = 0
+    blocked: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
 def read(client: redis.Redis, now: float) -> Snapshot:
-    """One scrape's reads, in three round trips."""
+    """One scrape's reads, in four round trips."""
     snap = Snapshot()
     first: Any = client.pipeline(transaction=False)
     first.smembers(keys.QUEUES)
@@ -96,11 +109,13 @@ def read(client: redis.Redis, now: float) -> Snapshot:
     for name in (keys.SCHEDULE, keys.RETRY, keys.DEAD):
         first.zcard(name)
     first.exists(keys.LEADER)
+    first.smembers(concurrency.LINES)
     names = (keys.QUEUES, keys.PROCESSES, keys.PAUSED, layout.JOBS, keys.STAT_PROCESSED,
-             keys.STAT_FAILED, keys.SCHEDULE, keys.RETRY, keys.DEAD, keys.LEADER)
+             keys.STAT_FAILED, keys.SCHEDULE, keys.RETRY, keys.DEAD, keys.LEADER,
+             concurrency.LINES)
     replies = [_checked(snap, name, reply)
                for name, reply in zip(names, first.execute(raise_on_error=False), strict=True)]
-    queues, processes, paused, jobs, processed, failed, *sizes, leader = replies
+    queues, processes, paused, jobs, processed, failed, *sizes, leader, lines = replies
     snap.paused = {text(name) for name in paused or ()}
     _read_jobs(snap, jobs or {})
     counts = [layout.counter(value) or 0 for value in (processed, failed, *sizes)]
@@ -111,7 +126,32 @@ def read(client: redis.Redis, now: float) -> Snapshot:
     snap.queues = sampler.sizes_and_latencies(client, listed, now)
     snap.skipped += len(listed) - len(snap.queues)
     snap.processes = _read_processes(snap, client, sorted(text(i) for i in processes or ()))
+    _read_lines(snap, client, sorted(text(line) for line in lines or ())[:MAX_LINES])
     return snap
+
+
+def _read_lines(snap: Snapshot, client: redis.Redis, lines: list[str]) -> None:
+    """The jobs waiting in each line, by the class of its first job (a line of another type
+    is skipped; an empty one, emptied by a cancel, counts nothing)."""
+    if not lines:
+        return
+    pipe: Any = client.pipeline(transaction=False)
+    for line in lines:
+        pipe.llen(line)
+        pipe.lindex(line, 0)
+    replies = pipe.execute(raise_on_error=False)
+    for line, size, first in zip(lines, replies[::2], replies[1::2], strict=True):
+        size = _checked(snap, line, size)
+        if size and first is not None:
+            snap.blocked[_class_of(first)] += size
+
+
+def _class_of(raw: bytes) -> str:
+    """The metrics class of a job's bytes, or "?" for bytes that are no job."""
+    try:
+        return job_class(payloads.decode(raw))
+    except MalformedJobError:
+        return "?"
 
 
 def _read_jobs(snap: Snapshot, jobs: dict[Any, Any]) -> None:
@@ -160,6 +200,8 @@ def _job_series(snap: Snapshot) -> Iterator[Family]:
                      "Jobs not run because their expires_at had passed (not counted as runs).")
     overrated = Family("forkq_jobs_overrated_total", "counter",
                        "Runs a limiter's OverLimit ended, rescheduled (not failures).")
+    discarded = Family("forkq_jobs_discarded_total", "counter",
+                       "Failed runs dropped by the job's rules (retry: false, discard_on).")
     for (queue, klass), metrics in sorted(snap.jobs.items()):
         series = {"queue": queue, "job_class": klass}
         label_text = text_format.labels(**series)
@@ -167,8 +209,14 @@ def _job_series(snap: Snapshot) -> Iterator[Family]:
         failed.add(metrics.get("f", 0), label_text)
         expired.add(metrics.get("x", 0), label_text)
         overrated.add(metrics.get("o", 0), label_text)
+        discarded.add(metrics.get("d", 0), label_text)
         runtime.add_histogram(series, _buckets(metrics), metrics.get("us", 0) / 1e6)
-    yield from (processed, failed, runtime, expired, overrated)
+    yield from (processed, failed, runtime, expired, overrated, discarded)
+    blocked = Family("forkq_jobs_blocked", "gauge",
+                     "Jobs waiting for a concurrency slot, in their key's waiting line.")
+    for klass, count in sorted(snap.blocked.items()):
+        blocked.add(count, text_format.labels(job_class=klass))
+    yield blocked
 
 
 def _buckets(metrics: dict[str, int]) -> list[tuple[str, float]]:

@@ -54,6 +54,7 @@ class Counts:
     le_buckets: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     expired: int = 0  # jobs not run: their expires_at had passed (no run, no time)
     overrated: int = 0  # runs ended by a limiter's OverLimit, rescheduled (not failures)
+    discarded: int = 0  # failed runs dropped by the job's rules (retry: false, discard_on)
 
     def add(self, other: Counts) -> None:
         self.runs += other.runs
@@ -62,6 +63,7 @@ class Counts:
         self.micros += other.micros
         self.expired += other.expired
         self.overrated += other.overrated
+        self.discarded += other.discarded
         for index, count in other.sidekiq_buckets.items():
             self.sidekiq_buckets[index] += count
         for index, count in other.le_buckets.items():
@@ -98,9 +100,12 @@ class Recorder:
                 counts.success_ms += ms
                 counts.sidekiq_buckets[bisect.bisect_right(layout.EDGES_MS, ms)] += 1
 
-    def note(self, queue: str, klass: str, what: Literal["expired", "overrated"]) -> None:
+    def note(self, queue: str, klass: str,
+             what: Literal["expired", "overrated", "discarded"]) -> None:
         """Count one job of ``klass`` from ``queue`` that ``what``: not run because it had
-        expired, or rescheduled by a limiter's OverLimit (neither is a run)."""
+        expired, rescheduled by a limiter's OverLimit (neither is a run), or dropped after a
+        failed run (retry: false, discard_on, retry_in's "discard": its run is counted
+        too)."""
         with self._lock:
             counts = self._batch.get((queue, klass))
             if counts is None:
@@ -190,6 +195,8 @@ def _forkq_fields(counts: Counts) -> list[tuple[str, int]]:
         fields.append(("x", counts.expired))
     if counts.overrated:
         fields.append(("o", counts.overrated))
+    if counts.discarded:
+        fields.append(("d", counts.discarded))
     if counts.failures:
         fields.append(("f", counts.failures))
     fields.extend((f"b{index}", count) for index, count in sorted(counts.le_buckets.items()))

@@ -108,10 +108,10 @@ elseif pause_kind ~= "none" then
 end
 -- Fair tenants (forkq/groups.py): a queue with a rotation is taken from by turns. A turn
 -- moves the rotation's first name to its end; a group's turn takes that group's oldest job
--- (its index's right end) out of the queue's list wherever it is, searched for from the
--- end it is nearer to (the oldest PROBE jobs are looked at first); "" takes the queue's
--- oldest job. Index entries whose job is gone are dropped, STALE at most per call.
-local PROBE, STALE = 128, 100
+-- (its index's right end) out of the queue's list wherever it is: searched for among the
+-- newest PROBE jobs (a small group that came late), else from the oldest end (a group's
+-- oldest job is usually among the queue's oldest); "" takes the queue's oldest job. Index entries whose job is gone are dropped, STALE at most per call.
+local PROBE, STALE = 32, 100
 local function turn(queue, rotation)
   local stale = 0
   for _ = 1, redis.call("LLEN", rotation) do
@@ -130,8 +130,8 @@ local function turn(queue, rotation)
         if not job then
           break
         end
-        local near_end = redis.call("LPOS", queue, job, "RANK", -1, "MAXLEN", PROBE)
-        if redis.call("LREM", queue, near_end and -1 or 1, job) == 1 then
+        local newest = redis.call("LPOS", queue, job, "MAXLEN", PROBE)
+        if redis.call("LREM", queue, newest and 1 or -1, job) == 1 then
           if redis.call("LLEN", list) == 0 then
             leave_rotation(rotation, group)
           end

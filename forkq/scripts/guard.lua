@@ -142,11 +142,13 @@ local function take_slot(job)
   return slots
 end
 
--- Put `job` at the end of the waiting line of `slots` (take_slot's answer).
+-- Put `job` at the end of the waiting line of `slots` (take_slot's answer); the line is
+-- listed in forkq:lines (a set, best effort) for the readers that may not SCAN (/metrics).
 local function block(job, slots)
   local line = slots .. ":blocked"
   if holds(line, "list") then
     redis.call("RPUSH", line, job)
+    try("SADD", "forkq:lines", line)
   else
     redis.call("RPUSH", own_queue(job), job)  -- a line of another type: back to its queue
   end
@@ -172,6 +174,9 @@ local function release_slot(job)
       else
         redis.call("LPUSH", line, next_job)  -- its queue is of another type: it waits on
       end
+    end
+    if redis.call("EXISTS", line) == 0 then
+      try("SREM", "forkq:lines", line)
     end
   end
 end

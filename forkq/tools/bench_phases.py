@@ -123,16 +123,19 @@ class Drain:
 
 
 def drain(r: redis.Redis, system: System, jobs: int, server_pid: int | None, *,
-          progress: Callable[[int], None] | None = None) -> Drain:
-    """Stage ``jobs`` jobs, release them to the idle workers, wait until the last has run.
-    CPU is read from the OS just before the release and just after the last job is seen
-    done: the drain window only (staging and the warm-up are not in it)."""
+          progress: Callable[[int], None] | None = None,
+          staging: Callable[[redis.Redis, str, int], None] = stage,
+          releasing: Callable[[redis.Redis], float] = release) -> Drain:
+    """Stage ``jobs`` jobs (:func:`stage`, or ``staging``), release them to the idle
+    workers (:func:`release`, or ``releasing``), wait until the last has run. CPU is read
+    from the OS just before the release and just after the last job is seen done: the
+    drain window only (staging and the warm-up are not in it)."""
     clear(r)
-    stage(r, system.job_class, jobs)
+    staging(r, system.job_class, jobs)
     roots = system.roots()
     workers_before = bench_procs.tree_cpu_seconds(roots)
     server_before = bench_procs.cpu_seconds(server_pid) if server_pid else 0.0
-    started = release(r)
+    started = releasing(r)
     while (count := done(r)) < jobs:
         if time.perf_counter() - started > max(60.0, jobs / 100):
             raise ForkqError(f"{system.label}: {count} of {jobs} jobs ran; gave up waiting")

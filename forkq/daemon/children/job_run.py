@@ -139,6 +139,8 @@ def _failed(fetched: Fetched, runs: Runs, context: JobContext, *, spec: JobSpec,
             runs.metrics.note(fetched.queue, job_class(context.payload), "overrated")
         return failure
     _count(runs, fetched.queue, context.payload, elapsed, failed=True)
+    if failure.mode == "drop" and runs.metrics is not None:
+        runs.metrics.note(fetched.queue, job_class(context.payload), "discarded")
     level = logging.WARNING if cancelled else FAILURE_LEVELS[failure.mode]
     trace = None if exc is None or isinstance(exc, JobCancelledError) else exc
     log.log(level, "%s jid=%s fail: %s: %s: %s -> %s", context.name, context.jid,
