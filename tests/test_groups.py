@@ -194,3 +194,13 @@ def test_index_keys_of_another_type_and_group_fields_of_any_type_stop_nothing(
     assert r.get(groups.group_key("tenants", "broken")) == b"not a list"
     assert r.get(groups.rotation_key("other")) == b"x"
     assert _index_keys(r) == [b"forkq:group:7:tenants:broken", b"forkq:groups:other"]
+
+
+def test_clearing_a_queue_drops_its_groups_index(r: redis.Redis, default_client: Client) -> None:
+    from forkq import api
+
+    for n in range(3):
+        jobs.tenant.perform_async("acme", n)
+    assert _index_keys(r) != []
+    assert api.Queue(r, "tenants").clear() == 3
+    assert _index_keys(r) == []
