@@ -195,9 +195,10 @@ def test_flow_control_fields_of_any_type_run_the_job_unlimited(r: redis.Redis,
         {"unique_until": "start", "unique_digest": ["x"]},
         {"expires_at": "soon"},
         {"expires_at": None},
+        {"group": 7}, {"group": ""}, {"group": {"a": 1}},
     ]
     for n, extra in enumerate(bodies):
-        job = {"class": "Record", "args": [n, '"concurrency_limit": 1 "unique_digest"'],
+        job = {"class": "Record", "args": [n, '"concurrency_limit": 1 "unique_digest" "group"'],
                "jid": f"{n:024x}", "queue": "default", **extra}
         r.lpush("queue:default", json.dumps(job))
     r.lpush("queue:default", '{"class":"Record","args":[],"concurrency_limit":1,'
@@ -205,4 +206,5 @@ def test_flow_control_fields_of_any_type_run_the_job_unlimited(r: redis.Redis,
     d = daemon("concurrency: 2\nrequire: jobs\nlog_level: warning\n")
     until(lambda: len(records(r)) == len(bodies) and r.zcard("dead") == 1, 15, d.log)
     assert not r.keys("forkq:slots:*") and not r.keys("forkq:unique:*")
+    assert not r.keys("forkq:group*")
     assert "Traceback" not in d.log(), d.log()
