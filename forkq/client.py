@@ -257,16 +257,16 @@ def _script_push(payload: payloads.Payload, at: float | None, now: float) -> tup
     """The EVALSHA of push.lua that pushes ``payload`` (due at ``at``): a unique job with
     its lock (the payload gains the lock's digest, :mod:`forkq.unique`), a job of a group
     with its index (:mod:`forkq.groups`)."""
-    lock, ttl = "", 0
+    scheduled = at is not None and at > now
+    target = keys.SCHEDULE if scheduled else keys.queue(payload["queue"])
+    lock, ttl = target, ""  # no lock (push.lua)
     if unique.FOR in payload:
         unique.check(payload)
         digest = unique.digest(payload["class"], payload["queue"], payload["args"])
         payload[unique.DIGEST] = digest
-        lock, ttl = unique.lock_key(digest), unique.ttl(payload, at, now)
-    scheduled = at is not None and at > now
+        lock, ttl = unique.lock_key(digest), str(unique.ttl(payload, at, now))
     if not scheduled:
         payload["enqueued_at"] = now
-    target = keys.SCHEDULE if scheduled else keys.queue(payload["queue"])
     return ("EVALSHA", _push_sha(), 3, lock, target, keys.QUEUES, payload["jid"], ttl,
             payloads.encode_bytes(payload), at if scheduled else "", payload["queue"])
 

@@ -94,6 +94,8 @@ def test_a_least_privilege_acl_user_runs_the_daemon_the_client_and_the_cli(
         client = Client(url=url)
         marks = client.push_bulk({"class": "Mark", "args": [[] for _ in range(20)]})
         later = client.push({"class": "Mark", "args": [], "at": time.time() + 1})
+        marks += [client.push({"class": "Mark", "args": [], "group": f"g{n % 2}",
+                               "concurrency_limit": 1}) for n in range(4)]  # fair, limited
         boom = client.push({"class": "Boom", "args": ["no"]})
         suicide = client.push({"class": "Suicide", "args": []})
         done = lambda: {m.decode() for m in admin.smembers("test:done")}  # noqa: E731
@@ -107,11 +109,11 @@ def test_a_least_privilege_acl_user_runs_the_daemon_the_client_and_the_cli(
         far = client.push({"class": "Mark", "args": [], "at": time.time() + 3600})
         for command in (["status"], ["queues"], ["retries", "list"], ["dead", "list"],
                         ["scheduled", "list"], ["enqueue", "Mark"], ["job", str(boom)],
-                        ["cancel", str(far)]):
+                        ["cancel", str(far)], ["limits"], ["uniques"]):
             ran = run_forkq(*command, "--redis-url", url)
             assert ran.returncode == 0, (command, ran.stdout, ran.stderr)
             assert "NOPERM" not in ran.stdout + ran.stderr
-        until(lambda: len(done()) == 22, 30, lambda: d.log())
+        until(lambda: len(done()) == 26, 30, lambda: d.log())
         log = d.log()
         assert "NOPERM" not in log and "refused" not in log.lower(), log
         denied = admin.acl_log()

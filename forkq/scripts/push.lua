@@ -2,11 +2,12 @@
 -- lock (forkq/unique.py); a job of a group pushed to its queue joins the queue's rotation
 -- (index_group in guard.lua, forkq/groups.py).
 --
--- KEYS[1]  the lock, forkq:unique:<digest>, or "" for a job without one
+-- KEYS[1]  the lock, forkq:unique:<digest> (for a job without one: KEYS[2] again, untouched;
+--          an ACL may not grant the empty name)
 -- KEYS[2]  where the job goes: queue:<name> (a list) or schedule (a sorted set)
 -- KEYS[3]  queues, the index of queue names (best effort)
 -- ARGV[1]  the job's jid, held by the lock
--- ARGV[2]  the lock's TTL in seconds
+-- ARGV[2]  the lock's TTL in seconds, or "" for a job without a lock
 -- ARGV[3]  the job JSON
 -- ARGV[4]  the score (run-at epoch) for schedule, or "" to push to the queue now
 -- ARGV[5]  the queue's name, for KEYS[3]
@@ -14,7 +15,7 @@
 -- Returns 1 when the job was pushed (with its lock), 0 when the lock is held (by an
 -- earlier push of the same job): nothing is written then. Refuses, writing nothing, when
 -- KEYS[1] or KEYS[2] holds another type (the error names the key).
-local locked = KEYS[1] ~= ""
+local locked = ARGV[2] ~= ""
 local bad = (locked and wrong_type(KEYS[1], "string"))
   or wrong_type(KEYS[2], ARGV[4] == "" and "list" or "zset")
 if bad then
