@@ -54,6 +54,9 @@ PROCESSES = 20
 CLASSES = 200
 RENDERS = 7
 LIMIT_MS = 100.0
+LOOKUP_LIMIT_MS = 2000.0
+"""The bound of the job page by jid: a search of every queue and set (``forkq job``'s),
+O(jobs), as Sidekiq Web's search is; opened on demand, never refreshed by itself."""
 BATCH = 2_000
 
 WSGI = Callable[..., Any]
@@ -80,8 +83,12 @@ class Timing:
         return max(self.times_ms)
 
     @property
+    def limit_ms(self) -> float:
+        return LOOKUP_LIMIT_MS if self.path.startswith("/job/") else LIMIT_MS
+
+    @property
     def passed(self) -> bool:
-        return self.status == 200 and self.worst < LIMIT_MS
+        return self.status == 200 and self.worst < self.limit_ms
 
 
 def run(*, renders: int = RENDERS) -> int:
@@ -119,6 +126,7 @@ def pages(entry_keys: dict[str, str]) -> list[tuple[str, str]]:
         ("a dead job", f"/dead/{entry_keys['dead']}"),
         ("a retry", f"/retries/{entry_keys['retries']}"),
         ("a scheduled job", f"/scheduled/{entry_keys['scheduled']}"), ("Periodic", "/periodic"),
+        ("Flow control", "/flow"), ("a job by jid (lookup)", f"/job/{DEAD // 2:024x}"),
         ("Metrics", "/metrics/jobs"), ("/metrics (Prometheus)", "/metrics"),
     ]
 
@@ -277,15 +285,17 @@ def table(timings: list[Timing], r: redis.Redis) -> str:
              f"{len(timings[0].times_ms)} renders each, in-process WSGI call",
              "",
              f"{'page':<24} {'path':<34} {'status':>6} {'KiB':>6} {'cmds':>5} "
-             f"{'median ms':>9} {'max ms':>7}  < {LIMIT_MS:.0f} ms",
+             f"{'median ms':>9} {'max ms':>7}  bound",
              "-" * 107]
     for t in timings:
         verdict = "PASS" if t.passed else ("MISSING" if t.status == 404 else "FAIL")
         path = t.path if len(t.path) <= 34 else t.path[:33] + "…"
         lines.append(f"{t.label:<24} {path:<34} {t.status:>6} {t.size / 1024:>6.1f} "
-                     f"{t.commands:>5} {t.median:>9.1f} {t.worst:>7.1f}  {verdict}")
+                     f"{t.commands:>5} {t.median:>9.1f} {t.worst:>7.1f}  "
+                     f"< {t.limit_ms:.0f} ms {verdict}")
     passed = sum(t.passed for t in timings)
-    lines += ["", f"{passed} of {len(timings)} pages under {LIMIT_MS:.0f} ms (max of the renders)"]
+    lines += ["", f"{passed} of {len(timings)} pages under their bound (max of the renders): "
+              f"{LIMIT_MS:.0f} ms, the search by jid {LOOKUP_LIMIT_MS:.0f} ms"]
     return "\n".join(lines)
 
 

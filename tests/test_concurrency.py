@@ -16,8 +16,8 @@ import redis
 
 from forkq import concurrency
 from forkq.client import Client
-from forkq.metrics import prometheus
 from forkq.daemon.child_process import QUICK_DEATH
+from forkq.metrics import prometheus
 from forkq.ops.cancel import cancel
 from forkq.registry import job
 

@@ -107,9 +107,11 @@ def test_a_least_privilege_acl_user_runs_the_daemon_the_client_and_the_cli(
         answered = client.push({"class": "answer", "args": [20], "result_ttl": 60})
         assert answered and result(answered, timeout=30, client=client) == {"double": 40}
         far = client.push({"class": "Mark", "args": [], "at": time.time() + 3600})
+        locked = client.push({"class": "Mark", "args": ["u"], "at": time.time() + 3600,
+                              "unique_for": 60})
         for command in (["status"], ["queues"], ["retries", "list"], ["dead", "list"],
                         ["scheduled", "list"], ["enqueue", "Mark"], ["job", str(boom)],
-                        ["cancel", str(far)], ["limits"], ["uniques"]):
+                        ["cancel", str(far)], ["limits"], ["uniques"], ["job", str(locked)]):
             ran = run_forkq(*command, "--redis-url", url)
             assert ran.returncode == 0, (command, ran.stdout, ran.stderr)
             assert "NOPERM" not in ran.stdout + ran.stderr

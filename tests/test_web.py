@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from forkq import cron, keys
+from forkq import cron, keys, limiter, unique
 from forkq.client import Client
 from forkq.config import Config
 from forkq.daemon.master import heartbeats
@@ -472,7 +472,7 @@ def test_every_page_and_button_works_as_the_documented_least_privilege_acl_user(
             browser = Browser(base)
             until(lambda: f'data-jid="{gated}"' in browser.get("/busy").body, 30, d.log)
             for path in ("/", "/busy", "/queues", "/queues/mail", "/periodic", "/metrics/jobs",
-                         "/metrics"):
+                         "/metrics", "/flow", f"/job/{gated}"):
                 page = browser.get(path)
                 assert page.status == 200, (path, page.body[-3000:])
                 assert 'id="damaged-keys"' not in page.body, (path, page.body[-3000:])
@@ -499,7 +499,8 @@ def test_every_page_and_button_works_as_the_documented_least_privilege_acl_user(
 # --- a wrong-typed key never answers 500 -------------------------------------------------
 
 DAMAGE_PAGES = ("/", "/?days=90", "/busy", "/queues", "/queues/other", "/scheduled", "/retries",
-                "/dead", "/dead?q=x", "/periodic", "/metrics/jobs?class=Record&queue=other")
+                "/dead", "/dead?q=x", "/periodic", "/metrics/jobs?class=Record&queue=other",
+                "/flow")
 
 
 def _damaged_key(name: str) -> tuple[str, str, tuple[str, ...]]:
@@ -624,3 +625,177 @@ def test_an_action_on_a_wrong_typed_key_names_it_and_never_answers_500(
     assert done.status in (303, 409), (done.status, done.body[:3000])
     shown = browser.get(done.header("Location")) if done.status == 303 else done
     assert shown.status in (200, 409) and repr(damaged) in unescape(shown.body), shown.body
+
+
+# --- flow control ------------------------------------------------------------------------
+
+
+def _fill_flow(r: redis.Redis) -> str:
+    """What ``forkq limits`` and ``forkq uniques`` show: a concurrency key (2 running, 1
+    waiting), a window limiter used once, a group of 3 jobs waiting, a unique lock, and a
+    limiter key of the wrong type; the jid holding the lock."""
+    client = Client(r)
+    r.sadd("forkq:slots:limited:acct-1", "j1", "j2")
+    r.rpush("forkq:slots:limited:acct-1:blocked", "{}")
+    with limiter.window("api", 5, 60, client=client):
+        pass
+    for n in range(3):
+        client.push({"class": "tenant", "queue": "tenants", "args": ["acme", n], "group": "acme"})
+    jid = client.push({"class": "Record", "args": [1], "unique_for": 600})
+    assert jid
+    r.set("forkq:limiter:window:broken", "x")
+    return jid
+
+
+def test_the_flow_page_shows_limits_limiters_groups_and_locks_and_names_a_damaged_key(
+        web: Any, r: redis.Redis) -> None:
+    jid = _fill_flow(r)
+    page = web().get("/flow")
+    assert page.status == 200 and 'id="page-flow"' in page.body
+    assert 'href="/flow" data-nav="flow" aria-current="page">Flow control</a>' in page.body
+    slots = page.row("data-key", "limited:acct-1")
+    assert '"running">2<' in slots and '"waiting">1<' in slots
+    assert '"used">1<' in page.row("data-limiter", "window:api")
+    group = page.row("data-group", "acme")
+    assert 'href="/queues/tenants"' in group and '"waiting">3<' in group
+    lock = page.row("data-jid", jid)
+    digest = unique.digest("Record", "default", [1])
+    assert f'data-lock="forkq:unique:{digest}"' in lock
+    assert f'href="/job/{jid}"' in lock and re.search(r'"ttl">(9m 5\ds|10m 00s)<', lock), lock
+    for section, count in (("concurrency", 1), ("limiters", 1), ("groups", 1), ("locks", 1)):
+        assert f'id="{section}-count">{count}<' in page.body, section
+        assert f'id="{section}-empty"' not in page.body, section
+    assert 'id="locks-shown"' not in page.body
+    notice = unescape(page.body.split('id="damaged-keys"', 1)[1].split("</ul>", 1)[0])
+    assert "'forkq:limiter:window:broken' holds another type" in notice, notice
+    assert "it is a string" in notice
+    assert 'data-limiter="window:broken"' not in page.body, "skipped, not shown"
+
+
+def test_the_flow_page_says_when_each_section_is_empty(web: Any, r: redis.Redis) -> None:
+    page = web().get("/flow")
+    assert page.status == 200 and 'id="damaged-keys"' not in page.body
+    for section in ("concurrency", "limiters", "groups", "locks"):
+        assert f'id="{section}-count">0<' in page.body, section
+        assert f'id="{section}-empty"' in page.body, section
+    text = page.text()
+    assert "no job runs or waits under a concurrency limit" in text
+    assert "no limiter in use" in text and "no group waits in a queue with groups" in text
+    assert "no unique lock held" in text
+
+
+def test_the_flow_page_shows_the_first_100_unique_locks_of_more(web: Any,
+                                                                 r: redis.Redis) -> None:
+    with r.pipeline(transaction=False) as pipe:
+        for n in range(105):
+            pipe.set(f"{keys.UNIQUE_PREFIX}{n:040x}", f"jid-{n:03d}", ex=600)
+        pipe.execute()
+    page = web().get("/flow")
+    assert 'id="locks-count">105<' in page.body
+    assert "the first 100 of 105" in page.text()
+    assert page.body.count("<tr data-lock=") == 100
+    assert page.has_row("data-jid", "jid-099") and not page.has_row("data-jid", "jid-100")
+
+
+def test_the_flow_page_escapes_what_any_client_wrote(web: Any, r: redis.Redis) -> None:
+    r.sadd(f"forkq:slots:{XSS}:k", "j1")
+    Client(r).push({"class": "tenant", "queue": XSS, "args": [1], "group": XSS})
+    r.set(keys.UNIQUE_PREFIX + "a" * 40, XSS, ex=60)
+    r.set(f"forkq:limiter:window:{XSS}", "x")
+    page = web().get("/flow")
+    assert page.status == 200
+    assert XSS not in page.body and "<script>alert" not in page.body
+    assert 'href="/job/%3Cscript%3Ealert%281%29%3C%2Fscript%3E"' in page.body
+    assert 'href="/queues/%3Cscript%3Ealert%281%29%3C%2Fscript%3E"' in page.body
+    assert "&lt;script&gt;" in page.row("data-key", f"{XSS}:k")
+    missing = web().get("/job/%3Cscript%3Ealert%281%29%3C%2Fscript%3E")
+    assert missing.status == 404 and XSS not in missing.body and "&lt;script&gt;" in missing.body
+
+
+def test_under_a_prefix_the_flow_page_links_carry_it(web: Any, r: redis.Redis) -> None:
+    jid = _fill_flow(r)
+
+    def host(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"host app"]
+
+    browser = web(wrap=lambda dashboard: mount("/ops/forkq", dashboard, host))
+    page = browser.get("/ops/forkq/flow")
+    assert page.status == 200 and 'href="/ops/forkq/flow" data-nav="flow"' in page.body
+    assert 'href="/ops/forkq/queues/tenants"' in page.row("data-group", "acme")
+    assert f'href="/ops/forkq/job/{jid}"' in page.row("data-jid", jid)
+    job = browser.get(f"/ops/forkq/job/{jid}")
+    assert job.status == 200 and 'href="/ops/forkq/queues/default"' in job.body
+
+
+# --- a job by its jid: its places, its unique lock, its concurrency line -------------------
+
+
+def test_the_job_page_by_jid_shows_where_it_is_and_its_unique_lock(web: Any,
+                                                                   r: redis.Redis) -> None:
+    jid = Client(r).push({"class": "Record", "args": [1], "unique_for": 600})
+    assert jid
+    browser = web()
+    page = browser.get(f"/job/{jid}")
+    assert page.status == 200 and 'id="page-job"' in page.body
+    assert 'data-place="queued"' in page.body and 'href="/queues/default"' in page.body
+    assert f'id="job-jid">{jid}<' in page.body and 'id="job-class">Record<' in page.body
+    lock = page.body.split('id="job-lock"', 1)[1].split("</td>", 1)[0]
+    digest = unique.digest("Record", "default", [1])
+    assert 'data-held="mine"' in lock and f"forkq:unique:{digest}" in lock
+    assert "held by this job" in lock and re.search(r"(9m 5\ds|10m 00s) left", lock), lock
+    assert "data-norefresh" in page.body, "a lookup is O(jobs): the page does not refresh"
+    r.set(f"forkq:unique:{digest}", "another-jid", ex=30)
+    lock = browser.get(f"/job/{jid}").body.split('id="job-lock"', 1)[1].split("</td>", 1)[0]
+    assert 'data-held="other"' in lock and 'href="/job/another-jid"' in lock
+    r.delete(f"forkq:unique:{digest}")
+    lock = browser.get(f"/job/{jid}").body.split('id="job-lock"', 1)[1].split("</td>", 1)[0]
+    assert 'data-held="free"' in lock and "free" in lock and "left" not in lock
+    r.hset(f"forkq:unique:{digest}", "x", "y")
+    damaged = browser.get(f"/job/{jid}")
+    assert damaged.status == 200 and 'data-held="free"' in damaged.body
+    assert f"'forkq:unique:{digest}' is not a string (it is a hash)" in unescape(damaged.body)
+
+
+def test_the_job_page_says_a_job_waits_in_a_concurrency_limits_line(web: Any,
+                                                                   r: redis.Redis) -> None:
+    ahead = json.dumps({"class": "Limited", "args": [0], "jid": "a" * 24, "queue": "default"})
+    job = json.dumps({"class": "Limited", "args": [1], "jid": "b" * 24, "queue": "default",
+                      "concurrency_key": "acct-1", "concurrency_limit": 2})
+    r.sadd("forkq:slots:Limited:acct-1", "j1", "j2")
+    r.rpush("forkq:slots:Limited:acct-1:blocked", ahead, job)
+    page = web().get("/job/" + "b" * 24)
+    assert page.status == 200
+    place = page.body.split('data-place="blocked"', 1)[1].split("</li>", 1)[0]
+    assert "waiting for a concurrency slot of Limited" in unescape(place)
+    assert 'href="/flow"' in place
+    line = unescape(page.body.split('id="job-concurrency"', 1)[1].split("</td>", 1)[0])
+    assert "forkq:slots:Limited:acct-1:blocked" in line and "(limit 2)" in line
+    assert "1 job ahead of it" in line, line
+    assert 'id="job-lock"' not in page.body, "it names no unique lock"
+
+
+def test_the_job_page_of_a_jid_found_nowhere_answers_404(web: Any, r: redis.Redis) -> None:
+    page = web().get("/job/no-such-jid")
+    assert page.status == 404 and 'id="job-missing"' in page.body
+    assert "No job no-such-jid" in page.text()
+
+
+def test_the_job_page_links_a_retry_to_its_entry_and_the_entry_shows_its_lock(
+        web: Any, r: redis.Redis) -> None:
+    digest = unique.digest("Record", "default", [7])
+    jid = "c" * 24
+    member = json.dumps({"class": "Record", "args": [7], "jid": jid, "queue": "default",
+                         "retry_count": 1, "unique_for": 600, "unique_digest": digest})
+    r.zadd(keys.RETRY, {member: time.time() + 60})
+    r.set(f"forkq:unique:{digest}", jid, ex=600)
+    browser = web()
+    found = browser.get(f"/job/{jid}")
+    score = r.zscore(keys.RETRY, member)
+    assert score is not None
+    entry = entry_key(SortedEntry(member.encode(), score=score))
+    assert 'data-place="retry"' in found.body and f'href="/retries/{entry}"' in found.body
+    page = browser.get(f"/retries/{entry}")
+    assert page.status == 200
+    lock = page.body.split('id="job-lock"', 1)[1].split("</td>", 1)[0]
+    assert 'data-held="mine"' in lock and f"forkq:unique:{digest}" in lock

@@ -385,13 +385,13 @@ def unique_lock(client: redis.Redis, item: dict[str, Any]) -> dict[str, Any] | N
     key = lock[0]
     with client.pipeline(transaction=False) as pipe:
         pipe.get(key)
-        pipe.ttl(key)
+        pipe.pttl(key)  # PTTL, as the documented ACL grants
         try:
             holder, ttl = pipe.execute()
         except redis.ResponseError:  # a key of another type: no lock there
             holder, ttl = None, -2
     return {"key": key, "holder": text(holder) if holder else None,
-            "ttl": ttl if ttl >= 0 else None}
+            "ttl": ttl // 1000 if ttl >= 0 else None}
 
 
 def _lock_text(lock: dict[str, Any], jid: str) -> str:

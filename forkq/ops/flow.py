@@ -132,6 +132,6 @@ def unique_locks(client: redis.Redis, found: Reading, limit: int = 0) -> int:
         if text(client.type(key)) != "string":
             found.damaged.append(key)
             continue
-        holder, ttl = client.get(key), int(client.ttl(key))
-        found.locks.append(Lock(key, text(holder or b""), ttl if ttl >= 0 else None))
+        holder, ttl = client.get(key), int(client.pttl(key))  # PTTL: the documented ACL's
+        found.locks.append(Lock(key, text(holder or b""), ttl // 1000 if ttl >= 0 else None))
     return len(names)
