@@ -108,9 +108,10 @@ elseif pause_kind ~= "none" then
 end
 -- Fair tenants (forkq/groups.py): a queue with a rotation is taken from by turns. A turn
 -- moves the rotation's first name to its end; a group's turn takes that group's oldest job
--- (its index's right end) out of the queue's list wherever it is: searched for among the
--- newest PROBE jobs (a small group that came late), else from the oldest end (a group's
--- oldest job is usually among the queue's oldest); "" takes the queue's oldest job. Index entries whose job is gone are dropped, STALE at most per call.
+-- (its index's right end) out of the queue's list wherever it is: for a small group (fewer
+-- than PROBE jobs, maybe come late) among the newest PROBE jobs first, else from the
+-- oldest end (a group's oldest job is usually among the queue's oldest); "" takes the
+-- queue's oldest job. Index entries whose job is gone are dropped, STALE at most per call.
 local PROBE, STALE = 32, 100
 local function turn(queue, rotation)
   local stale = 0
@@ -124,15 +125,13 @@ local function turn(queue, rotation)
       end
     elseif group then
       local list = group_key(queue, group)
-      local kind = redis.call("TYPE", list)["ok"]
-      while kind == "list" and stale < STALE do
+      local left = redis.call("TYPE", list)["ok"] == "list" and redis.call("LLEN", list) or 0
+      while left > 0 and stale < STALE do
         local job = redis.call("RPOP", list)
-        if not job then
-          break
-        end
-        local newest = redis.call("LPOS", queue, job, "MAXLEN", PROBE)
+        left = left - 1
+        local newest = left < PROBE and redis.call("LPOS", queue, job, "MAXLEN", PROBE)
         if redis.call("LREM", queue, newest and 1 or -1, job) == 1 then
-          if redis.call("LLEN", list) == 0 then
+          if left == 0 then
             leave_rotation(rotation, group)
           end
           return job
