@@ -67,16 +67,27 @@ local function count_death(key, ttl)
   return deaths
 end
 
+-- The decoded payload of `job` when its bytes name `field` ('"<field>"' appears in them),
+-- else nil: a job that names none costs one plain substring search, and bytes cjson cannot
+-- read (or that hold no object) name nothing.
+local function naming(job, field)
+  if type(job) ~= "string" or not string.find(job, '"' .. field .. '"', 1, true) then
+    return nil
+  end
+  local ok, payload = pcall(cjson.decode, job)
+  if not ok or type(payload) ~= "table" then
+    return nil
+  end
+  return payload
+end
+
 -- Release the lock of a unique job (forkq/unique.py) when `job` (its JSON) holds one: its
 -- "unique_digest" names forkq:unique:<digest>, deleted only while it holds the job's jid
 -- (a lock of the wrong type, or taken since by another push, is left alone). A job that
 -- names no lock costs one plain substring search; a payload cjson cannot read holds none.
 local function release_unique(job)
-  if type(job) ~= "string" or not string.find(job, '"unique_digest"', 1, true) then
-    return
-  end
-  local ok, payload = pcall(cjson.decode, job)
-  if not ok or type(payload) ~= "table" then
+  local payload = naming(job, "unique_digest")
+  if not payload then
     return
   end
   local digest, jid = payload["unique_digest"], payload["jid"]
@@ -96,11 +107,8 @@ end
 -- forkq:slots:<class>:<key>:blocked (a list). Returns the slots key, the limit and the
 -- jid, or nil for a job that needs none (one plain substring search when it names none).
 local function slot_of(job)
-  if type(job) ~= "string" or not string.find(job, '"concurrency_limit"', 1, true) then
-    return nil
-  end
-  local ok, payload = pcall(cjson.decode, job)
-  if not ok or type(payload) ~= "table" then
+  local payload = naming(job, "concurrency_limit")
+  if not payload then
     return nil
   end
   local limit, key = payload["concurrency_limit"], payload["concurrency_key"]
@@ -189,12 +197,8 @@ end
 -- whose job is gone). Returns the group a job names, or nil (one plain substring search
 -- when it names none).
 local function group_of(job)
-  if type(job) ~= "string" or not string.find(job, '"group"', 1, true) then
-    return nil
-  end
-  local ok, payload = pcall(cjson.decode, job)
-  if not ok or type(payload) ~= "table" or type(payload["group"]) ~= "string"
-      or payload["group"] == "" then
+  local payload = naming(job, "group")
+  if not payload or type(payload["group"]) ~= "string" or payload["group"] == "" then
     return nil
   end
   return payload["group"]
