@@ -70,24 +70,21 @@ def apply(fields: dict[str, Any]) -> None:
         raise TypeError(f"group of a push must be a non-empty string, got {group!r}")
     if LIMIT not in fields:
         return
-    if group is None:
-        raise ValueError("group_limit needs group (the jobs' tenant)")
-    if concurrency.LIMIT in fields:
-        raise ValueError("group_limit and concurrency_limit cannot both be set: group_limit "
-                         "is a concurrency limit keyed by the group")
-    concurrency.check_limit(fields[LIMIT])
+    check_options(fields, group)
     fields[concurrency.LIMIT] = fields.pop(LIMIT)
     fields[concurrency.KEY] = group
 
 
-def check_options(extra: dict[str, Any], group: Any) -> None:
-    """At registration: ``group_limit`` needs ``group=`` and excludes ``concurrency_limit``."""
-    if LIMIT not in extra:
+def check_options(options: dict[str, Any], group: Any) -> None:
+    """A ``group_limit`` in ``options`` (job options or a push's fields) is an integer >= 1,
+    comes with a group (``group``: the job's ``group=`` or the push's field) and without a
+    ``concurrency_limit``; TypeError/ValueError naming the option otherwise."""
+    if LIMIT not in options:
         return
-    concurrency.check_limit(extra[LIMIT])
+    concurrency.check_limit(options[LIMIT])
     if group is None:
-        raise ValueError("group_limit needs group= (the jobs' tenant)")
-    if concurrency.LIMIT in extra:
+        raise ValueError("group_limit needs group (the jobs' tenant)")
+    if concurrency.LIMIT in options:
         raise ValueError("group_limit and concurrency_limit cannot both be set: group_limit "
                          "is a concurrency limit keyed by the group")
 
