@@ -27,6 +27,7 @@ before any I/O.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import hashlib
 import os
@@ -63,6 +64,20 @@ class Diversion(Protocol):
 
 
 _diversion: Diversion | None = None
+
+
+
+class BatchTaker(Protocol):
+    """An open ``with forkq.batch()`` block (:mod:`forkq.batches`): it takes the jobs pushed
+    inside it, to push them with the batch when the block ends."""
+
+    def take(self, client: Client, jobs: list[tuple[payloads.Payload, float | None]]) -> None:
+        """Keep ``jobs`` (payloads not yet encoded, and their ``at``) for the batch."""
+
+
+OPEN_BATCH: contextvars.ContextVar[BatchTaker | None] = contextvars.ContextVar(
+    "forkq_open_batch", default=None)
+"""The batch block open in this context (thread, task), set by :mod:`forkq.batches`."""
 
 
 def divert(diversion: Diversion | None) -> Diversion | None:
@@ -149,8 +164,8 @@ class Client:
         fields = _fields(item)
         jids = payloads.new_jids(len(arg_lists)) if fields.jid is None else None
         if (jids is not None and ats is None and not self.middleware and _diversion is None
-                and unique.FOR not in fields.extra and "expires_in" not in fields.extra
-                and groups.FIELD not in fields.extra):
+                and OPEN_BATCH.get() is None and unique.FOR not in fields.extra
+                and "expires_in" not in fields.extra and groups.FIELD not in fields.extra):
             self._push_now(fields, arg_lists, jids, now)  # the common case, encoded at once
             return jids
         jobs: list[tuple[payloads.Payload, float | None]] = []
@@ -187,11 +202,17 @@ class Client:
             self._round_trip([("SADD", keys.QUEUES, fields.queue),
                               ("LPUSH", keys.QUEUE_PREFIX + fields.queue, *encoded)], [[], jids])
 
+    def prepare(self, item: Mapping[str, Any], now: float) -> payloads.Payload | None:
+        """The payload :meth:`push` would push for ``item`` (client middleware run), or None
+        when a middleware stopped it: encoded later (a batch's job, a template)."""
+        return self._prepare(_fields(item), item.get("args"), now)
+
     def _send(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> set[str]:
         """One round trip: ZADD the future jobs; SADD + one LPUSH per queue for the rest;
         a unique job with its lock, a job of a group with its index (push.lua) (or, while
-        a testing mode is on, no
-        Redis at all: see :func:`divert`). The jids of the unique jobs dropped.
+        a testing mode is on, no Redis at all: see :func:`divert`; inside a ``with
+        forkq.batch()`` block, nothing yet: the batch takes them, :mod:`forkq.batches`).
+        The jids of the unique jobs dropped.
 
         Each payload is encoded once, here, before anything is sent (TypeError/ValueError
         for a value JSON cannot carry). Raises :class:`EnqueueError` unless every job's
@@ -203,12 +224,26 @@ class Client:
             payloads.stamp_expiry(payload, at, now)
         if _diversion is not None:
             return _diversion.push(jobs, now)
+        taker = OPEN_BATCH.get()
+        if taker is not None:
+            taker.take(self, jobs)
+            return set()
+        commands, carried = self.commands(jobs, now)
+        results = self._round_trip(commands, carried)
+        return {group[0] for command, group, result in zip(commands, carried, results, strict=True)
+                if command[0] == "EVALSHA" and result == 0}
+
+    def commands(self, jobs: list[tuple[payloads.Payload, float | None]], now: float, *,
+                 bid: str = "") -> tuple[list[tuple[Any, ...]], list[list[str]]]:
+        """The commands that push ``jobs`` (see :meth:`_send`) and the jids each carries
+        ([] for the ``queues`` index). With ``bid``, a job pushed by push.lua joins that
+        batch as it is pushed; the caller registers the others (:mod:`forkq.batches`)."""
         commands: list[tuple[Any, ...]] = []
-        carried: list[list[str]] = []  # the jids each command carries ([] for the index)
+        carried: list[list[str]] = []
         immediate: dict[str, list[payloads.Payload]] = {}
         for payload, at in jobs:
             if unique.FOR in payload or groups.FIELD in payload:
-                commands.append(_script_push(payload, at, now))
+                commands.append(_script_push(payload, at, now, bid))
                 carried.append([payload["jid"]])
             elif at is not None and at > now:
                 commands.append(("ZADD", keys.SCHEDULE, at, payloads.encode_bytes(payload)))
@@ -220,9 +255,7 @@ class Client:
             commands += [("SADD", keys.QUEUES, queue),
                          ("LPUSH", keys.QUEUE_PREFIX + queue, *map(payloads.encode_bytes, batch))]
             carried += [[], [str(payload["jid"]) for payload in batch]]
-        results = self._round_trip(commands, carried)
-        return {group[0] for command, group, result in zip(commands, carried, results, strict=True)
-                if command[0] == "EVALSHA" and result == 0}
+        return commands, carried
 
     def _round_trip(self, commands: list[tuple[Any, ...]], carried: list[list[str]]
                     ) -> list[Any]:
@@ -253,10 +286,11 @@ class Client:
                 else self._kept.round_trip(commands))
 
 
-def _script_push(payload: payloads.Payload, at: float | None, now: float) -> tuple[Any, ...]:
+def _script_push(payload: payloads.Payload, at: float | None, now: float,
+                 bid: str = "") -> tuple[Any, ...]:
     """The EVALSHA of push.lua that pushes ``payload`` (due at ``at``): a unique job with
     its lock (the payload gains the lock's digest, :mod:`forkq.unique`), a job of a group
-    with its index (:mod:`forkq.groups`)."""
+    with its index (:mod:`forkq.groups`); with ``bid``, a member of that batch once pushed."""
     scheduled = at is not None and at > now
     target = keys.SCHEDULE if scheduled else keys.queue(payload["queue"])
     lock, ttl = target, ""  # no lock (push.lua)
@@ -267,12 +301,12 @@ def _script_push(payload: payloads.Payload, at: float | None, now: float) -> tup
         lock, ttl = unique.lock_key(digest), str(unique.ttl(payload, at, now))
     if not scheduled:
         payload["enqueued_at"] = now
-    return ("EVALSHA", _push_sha(), 3, lock, target, keys.QUEUES, payload["jid"], ttl,
-            payloads.encode_bytes(payload), at if scheduled else "", payload["queue"])
+    return ("EVALSHA", push_sha(), 3, lock, target, keys.QUEUES, payload["jid"], ttl,
+            payloads.encode_bytes(payload), at if scheduled else "", payload["queue"], bid)
 
 
 @functools.cache
-def _push_sha() -> str:
+def push_sha() -> str:
     """The SHA-1 of push.lua as served (read at the first push that needs it)."""
     return hashlib.sha1(scripts.source("push").encode()).hexdigest()
 

@@ -114,6 +114,26 @@ forkq's own keys:
 - ``forkq:periodic`` — hash, no TTL — periodic job name → epoch of the last tick
   handled (enqueued or skipped), so each tick is enqueued once across the cluster.
   *Wrong type:* no tick is enqueued or marked (refused, reported); it fires once mended.
+- ``forkq:batch:<bid>`` — hash, 30 days from its creation, 24 h once it succeeded — a batch
+  (:mod:`forkq.batches`): ``created_at``, ``description``, ``total`` members, ``committed``,
+  ``parent`` (a child batch's), ``chord`` (``1``: its success callback takes the members'
+  results), the callbacks ``cb:<event>`` (templates, :mod:`forkq.signature`) and
+  ``cbjid:<event>``, and the moments ``<event>_at`` they fired (complete, success,
+  death); with ``…:pending`` (set: the members not yet succeeded), ``…:failed`` (set: those
+  whose last run failed), ``…:results`` (hash, a chord's: member → its JSON value) and
+  ``…:order`` (list, a chord's: its members in order), kept as long. A member is a jid, a
+  chain id or a child batch's bid. Written by the client's commit and by the scripts that
+  end a job's run (workflow.lua). *Wrong type* (any of them): the batch is left alone
+  (its jobs run; its callbacks do not fire).
+- ``forkq:batches`` — zset, no TTL — bid → creation epoch, for the listings; an entry whose
+  batch expired is dropped by the listing that finds it. ``forkq:stat:batches`` — hash, no
+  TTL — counters ``created``, ``complete``, ``success``, ``death`` for Prometheus.
+- ``forkq:chain:<cid>`` — hash, 30 days from its creation, 24 h once it ended — a chain
+  (:mod:`forkq.canvas`): ``n`` steps, ``step`` (the one running; ``n + 1`` when done),
+  ``state`` (running, succeeded, failed), ``failed_step``, ``bid`` (when it is a batch's
+  member), ``s:<i>`` the template of step i > 1, ``jid:<i>``, ``class:<i>``.
+- ``forkq:progress:<jid>`` — hash, 24 h — what :func:`forkq.progress` said of a running job:
+  ``done``, ``total``, ``note``, ``at``.
 
 The identity is Sidekiq's ``<hostname>:<master pid>:<12 hex>``.
 """
@@ -239,6 +259,29 @@ CANCEL_TTL = 3600
 UNIQUE_PREFIX = "forkq:unique:"
 """Prefix of a unique job's lock (:mod:`forkq.unique`): taken with the push, released by the
 step that settles the job (success, dead, drop, cancel, burial, or its start)."""
+
+
+BATCHES = "forkq:batches"
+BATCH_STATS = "forkq:stat:batches"
+WORKFLOW_TTL = 30 * 24 * 3600
+"""Seconds a batch or chain is kept from its creation (workflow.lua keeps it 24 h more once
+it has succeeded or failed)."""
+PROGRESS_TTL = 24 * 3600
+
+
+def batch(bid: str) -> str:
+    """The record of batch ``bid`` (its sets are this plus ``:pending``, ``:failed``...)."""
+    return f"forkq:batch:{bid}"
+
+
+def chain(cid: str) -> str:
+    """The record of chain ``cid``."""
+    return f"forkq:chain:{cid}"
+
+
+def progress(jid: str) -> str:
+    """The progress job ``jid`` reported (:func:`forkq.progress`)."""
+    return f"forkq:progress:{jid}"
 
 
 def kills(jid: str) -> str:

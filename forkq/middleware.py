@@ -70,6 +70,8 @@ class JobContext:
     cancel_seen: bool = False
     """Set when :func:`forkq.cancel_requested` told this job that its cancellation was
     asked: whatever the job does next (returns, raises), it is filed as cancelled."""
+    progress_at: float = 0.0
+    """When :func:`forkq.progress` last wrote this job's progress (epoch seconds)."""
 
 
 _CURRENT: ContextVar[JobContext | None] = ContextVar("forkq_current_job", default=None)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, ParamSpec, overload
 
 from forkq import client as _client
-from forkq import concurrency, groups, unique
+from forkq import concurrency, groups, signature, unique
 from forkq import payload as payloads
 from forkq.errors import UnknownJobError
 
@@ -110,13 +110,21 @@ class JobSpec:
         return inspect.iscoroutinefunction(body)
 
     def call(self, payload: dict[str, Any]) -> Any:
-        """Run the job with the payload's ``args`` (a fresh instance for ``Job`` classes)."""
-        if self.job_class is None:
-            return self.perform(*payload["args"])
-        instance = self.job_class()
-        instance.jid = str(payload.get("jid", ""))
-        instance.payload = payload
-        return instance.perform(*payload["args"])
+        """Run the job with the payload's ``args`` and, when it has them, the keyword
+        arguments of its ``kwargs`` field (a signature's, :mod:`forkq.signature`); a fresh
+        instance for ``Job`` classes."""
+        kwargs = payload.get(signature.KWARGS)
+        perform = self.perform
+        if self.job_class is not None:
+            instance = self.job_class()
+            instance.jid = str(payload.get("jid", ""))
+            instance.payload = payload
+            perform = instance.perform
+        if kwargs is None:
+            return perform(*payload["args"])
+        if not isinstance(kwargs, dict):
+            raise TypeError(f"the job's kwargs must be an object, got {kwargs!r}")
+        return perform(*payload["args"], **kwargs)
 
 
 class Registry:
@@ -168,6 +176,11 @@ class Enqueue:
     def perform_async(self, *args: Any) -> str | None:
         """Push now; the jid, or None if a client middleware stopped the push."""
         return _client.default().push(self._item(args))
+
+    def s(self, *args: Any, **kwargs: Any) -> signature.Signature:
+        """The job with these arguments, not pushed (:mod:`forkq.signature`): a callback of
+        a batch, a step of a chain, a member of a group."""
+        return signature.signature(self, args, kwargs)
 
     def perform_in(self, interval: float | dt.timedelta, *args: Any) -> str | None:
         """Push to run ``interval`` (seconds or timedelta) from now."""
@@ -315,6 +328,11 @@ class Job:
     def perform_async(cls, *args: Any) -> str | None:
         """Push now; the jid."""
         return cls.set().perform_async(*args)
+
+    @classmethod
+    def s(cls, *args: Any, **kwargs: Any) -> signature.Signature:
+        """The job with these arguments, not pushed (:mod:`forkq.signature`)."""
+        return cls.set().s(*args, **kwargs)
 
     @classmethod
     def perform_in(cls, interval: float | dt.timedelta, *args: Any) -> str | None:

@@ -48,7 +48,7 @@ class FakeEffects:
         self.steps.append(("register",))
 
     def fetch(self, lane: int, *, ack: bytes | None, acked: int, fetch: bool,
-              take: int) -> Fetch:
+              take: int, value: str = "") -> Fetch:
         if self.errors:
             raise self.errors.pop(0)
         jobs = [Fetched("default", self.queue.popleft())

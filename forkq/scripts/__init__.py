@@ -3,7 +3,8 @@
 Every script is served with ``guard.lua`` in front: the helpers with which a script checks
 the type of each key it will write before its first write (Redis keeps a failed script's
 earlier writes), so a key of the wrong type makes it refuse, naming the key, and change
-nothing.
+nothing. ``workflow.lua`` follows it: the bookkeeping of batches and chains that the
+scripts ending a job's run do in the same step.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from redis.commands.core import Script
 
 @cache
 def source(name: str) -> str:
-    """The text of ``forkq/scripts/<name>.lua``, after ``guard.lua``."""
-    return _read("guard") + _read(name)
+    """The text of ``forkq/scripts/<name>.lua``, after ``guard.lua`` and ``workflow.lua``."""
+    return "".join(_read(part) for part in (*_LIBRARIES, name))
 
 
 def preload() -> None:
@@ -26,8 +27,11 @@ def preload() -> None:
     forks, so its children find the texts in memory instead of each reading the files."""
     for entry in resources.files(__name__).iterdir():
         name, dot, extension = entry.name.rpartition(".")
-        if dot and extension == "lua" and name != "guard":
+        if dot and extension == "lua" and name not in _LIBRARIES:
             source(name)
+
+
+_LIBRARIES = ("guard", "workflow")
 
 
 @cache

@@ -22,7 +22,8 @@
 -- ARGV[7] (the leader's orphan sweep gave the job back while this process was cut off:
 -- it is queued again, so filing the failure too would run it twice). A unique job's lock
 -- is released when the job goes to the dead set or is dropped (a retry keeps it; a parked
--- failure too, until its filing). Counts one processed
+-- failure too, until its filing). A job of a batch or a chain counts as failed there
+-- (workflow.lua: dead or dropped, it dies; its callbacks fire in this step). Counts one processed
 -- and one failed execution, as Sidekiq (best effort: a counter of the wrong type does not
 -- stop the filing). Refuses, changing nothing, when KEYS[2] and KEYS[7] both hold another
 -- type than a sorted set: the job stays held.
@@ -49,6 +50,9 @@ elseif mode ~= "drop" then
 end
 if mode == "dead" or mode == "drop" then
   release_unique(ARGV[2])  -- a unique job's lock goes when it will not run again
+end
+if ARGV[1] ~= "reschedule" then  -- its batch or chain hears of it (workflow.lua)
+  workflow_failed(ARGV[7], ARGV[1] == "dead" or ARGV[1] == "drop")
 end
 if mode == "dead" then
   redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", ARGV[5])

@@ -20,7 +20,9 @@
 --           {queue key, job} in one step
 -- ARGV[5]  the depth from which a queue counts as deep (fetch_batch x concurrency)
 -- ARGV[6]  how many jobs the acknowledgement covers (1 unless a batch was held)
--- ARGV[7..] one queue order per job that may be taken (at most fetch_batch of them): the
+-- ARGV[7]  the JSON value the last job acknowledged returned, for its workflow (a chain's
+--          next step, a chord's results: workflow.lua), or "" for none
+-- ARGV[8..] one queue order per job that may be taken (at most fetch_batch of them): the
 --           1-based indexes into KEYS[6..] to try, comma-separated ("2,1,3"), drawn by the
 --           caller (weighted shuffle or strict order) for that job
 --
@@ -76,6 +78,7 @@ if ARGV[1] ~= "" and redis.call("LINDEX", KEYS[1], 2 * acked - 1) == ARGV[1] the
   for i = 2, #done, 2 do
     release_unique(done[i])  -- a unique job's lock goes with its success
     release_slot(done[i])  -- a concurrency slot too, to the next job of its line
+    workflow_done(done[i], i == #done and ARGV[7] ~= "" and ARGV[7] or nil)  -- batch, chain
   end
   try("INCRBY", KEYS[2], acked)
   try("INCRBY", KEYS[3], acked)
@@ -168,12 +171,12 @@ local function take(queue)
   end
   return redis.pcall("RPOP", queue)
 end
-local orders = #ARGV - 6
+local orders = #ARGV - 7
 local deep = tonumber(ARGV[5])
 local k = 1
 while k <= orders do
   local from = nil
-  for index in string.gmatch(ARGV[6 + k], "%d+") do
+  for index in string.gmatch(ARGV[7 + k], "%d+") do
     local queue = KEYS[5 + tonumber(index)]
     if queue and not kinds[queue] and not paused[queue] then
       -- the first job is popped at once; a further one only from a deep queue
@@ -203,7 +206,7 @@ while k <= orders do
   -- queue before it in that order is empty or skipped), one job each while it stays deep:
   -- take those jobs with one RPOP. Where it turns shallow or empty, the loop goes on.
   local same = 0
-  while not rotations[from] and k + same < orders and ARGV[7 + k + same] == ARGV[6 + k] do
+  while not rotations[from] and k + same < orders and ARGV[8 + k + same] == ARGV[7 + k] do
     same = same + 1
   end
   local more = 0

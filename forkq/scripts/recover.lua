@@ -31,7 +31,7 @@
 -- the jobs held without being started go back unchanged to the right end (the front) of
 -- their queues in the order they were held, then the first job goes back in front of them
 -- (the next one fetched), or to the dead set at the death limit (at once when malformed);
--- only the first job's death is counted. KEYS[2] is deleted and unregistered. A first element that
+-- only the first job's death is counted; a buried job's batch or chain hears of its death. KEYS[2] is deleted and unregistered. A first element that
 -- names no queue:<name> key sends the job to queue:default. Refuses, changing nothing,
 -- when a key it is about to write holds another type: a queue a job goes back to, or
 -- KEYS[7] when the job goes to the dead set (KEYS[6] is forkq's own counter:
@@ -97,6 +97,7 @@ if job then
     if ARGV[11] ~= "" then
       try("ZREM", KEYS[8], ARGV[11])
     end
+    workflow_failed(job, true)  -- its batch or chain hears of its death (workflow.lua)
   end
   for i = #list - (#list % 2) - 1, 3, -2 do  -- held, not started: the last one first
     redis.call("RPUSH", queue_key(list[i]), list[i + 1])

@@ -68,12 +68,14 @@ class Effects(Protocol):
         first fetch). Raises redis.RedisError (an outage: tried again)."""
 
     def fetch(self, lane: int, *, ack: bytes | None, acked: int, fetch: bool,
-              take: int) -> Fetch:
-        """Acknowledge the lane's first ``acked`` jobs (the last is ``ack``) and, with
-        ``fetch``, take up to ``take`` jobs (:meth:`Fetcher.ack_and_fetch`)."""
+              take: int, value: str = "") -> Fetch:
+        """Acknowledge the lane's first ``acked`` jobs (the last is ``ack``, which returned
+        ``value`` for its workflow) and, with ``fetch``, take up to ``take`` jobs
+        (:meth:`Fetcher.ack_and_fetch`)."""
 
-    def run(self, lane: int, fetched: Fetched) -> failures.Failure | None:
-        """Run a job through the server middleware; None when it completed."""
+    def run(self, lane: int, fetched: Fetched) -> failures.Failure | job_run.Completed | None:
+        """Run a job through the server middleware; None (or what it returned, for its
+        workflow) when it completed."""
 
     def file(self, lane: int, failure: failures.Failure, job: bytes) -> bool:
         """File a job's failure (retry, dead or drop); False when the job was no longer held."""
@@ -159,14 +161,14 @@ class RedisEffects:
             self._watch.pause()
 
     def fetch(self, lane: int, *, ack: bytes | None, acked: int, fetch: bool,
-              take: int) -> Fetch:
+              take: int, value: str = "") -> Fetch:
         arm = fetch and self._single is not None and self._may_listen(lane)
         found = self._fetchers[lane].ack_and_fetch(ack=ack, fetch=fetch, arm=arm, acked=acked,
-                                                   take=take)
+                                                   take=take, value=value)
         self._armed[lane] = arm and found.armed
         return found
 
-    def run(self, lane: int, fetched: Fetched) -> failures.Failure | None:
+    def run(self, lane: int, fetched: Fetched) -> failures.Failure | job_run.Completed | None:
         return job_run.run(fetched, self._runs, self._shows[lane])
 
     def file(self, lane: int, failure: failures.Failure, job: bytes) -> bool:

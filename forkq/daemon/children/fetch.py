@@ -145,7 +145,7 @@ class Fetcher:
 
     def orders(self, take: int) -> list[str]:
         """One queue order for each of the ``take`` jobs this fetch may take: 1-based indexes
-        into the queue keys, comma-separated (fetch.lua's ARGV[7..])."""
+        into the queue keys, comma-separated (fetch.lua's ARGV[8..])."""
         if self._fixed is not None:
             return [self._fixed] * take
         return [",".join(shuffled_once(self._expanded, self._rng)) for _ in range(take)]
@@ -158,9 +158,10 @@ class Fetcher:
         return self._daily
 
     def ack_and_fetch(self, *, ack: bytes | None, fetch: bool = True, arm: bool = False,
-                      acked: int = 1, take: int | None = None) -> Fetch:
-        """Acknowledge the first ``acked`` jobs held, the last of which is ``ack`` (its bytes),
-        then fetch (``fetch``) up to ``take`` jobs (1 .. ``batch``; default ``batch``).
+                      acked: int = 1, take: int | None = None, value: str = "") -> Fetch:
+        """Acknowledge the first ``acked`` jobs held, the last of which is ``ack`` (its bytes)
+        and returned ``value`` (JSON, for its workflow; "" for none), then fetch (``fetch``)
+        up to ``take`` jobs (1 .. ``batch``; default ``batch``).
 
         With ``arm`` (a single queue), finding nothing and skipping nothing leaves the
         in-flight list armed for :class:`~forkq.daemon.children.blocking_wait.BlockingWait`.
@@ -173,7 +174,7 @@ class Fetcher:
         result = self._direct.evalsha(
             self._fetch, [*_script_keys(self._inflight, self._daily_key()), *self._keys],
             _script_args(ack, acked, fetch=fetch, arm=arm, deep=str(size * self._spread),
-                         orders=self.orders(size)))
+                         orders=self.orders(size), value=value))
         if not result:
             return NOTHING
         count = int(result[0])
@@ -229,10 +230,10 @@ def _script_keys(inflight_key: str, daily: str) -> list[str]:
 
 
 def _script_args(ack: bytes | None, acked: int, *, fetch: bool, arm: bool, deep: str,
-                 orders: list[str]) -> list[Any]:
+                 orders: list[str], value: str = "") -> list[Any]:
     """fetch.lua's ARGV (see its header)."""
     return [ack or b"", "1" if fetch else "0", keys.DAILY_STAT_TTL, "1" if arm else "0", deep,
-            acked, *orders]
+            acked, value, *orders]
 
 
 # -- the batch's size --------------------------------------------------------------------

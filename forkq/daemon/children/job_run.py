@@ -8,10 +8,13 @@ that did not. A coroutine job (``async def``) is run to its end by the caller's 
 A unique job held until its start (``unique_until: start``, :mod:`forkq.unique`) has its
 lock released just before its body runs.
 
-Contract of :func:`run`: it returns None when the job completed, else the
-:class:`~forkq.daemon.children.failures.Failure` to file: a job that cannot run (malformed,
-unknown class) is buried; an exception of any kind from the middleware or the body
-(``BaseException``: the one boundary where a job's failure lands) goes through the retry
+Contract of :func:`run`: it returns None when the job completed, :class:`Completed` when it
+completed and its workflow takes what it returned (a chain's step, a chord's member: the
+value as JSON, which the acknowledgement carries; a value JSON cannot carry fails the job
+with a ``TypeError``), else the :class:`~forkq.daemon.children.failures.Failure` to file: a
+job that cannot run (malformed, unknown class) is buried; an exception of any kind from
+the middleware or the body (``BaseException``: the one boundary where a job's failure
+lands) goes through the retry
 policy; its line in the log is followed by its traceback (:data:`FAILURE_LEVELS`), from
 the application's first frame on (forkq's own frames before it are left out but at
 ``log_level: debug``: :data:`~forkq.daemon.logs.JOB_FAILURE`).
@@ -25,12 +28,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import logging
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
@@ -54,6 +58,15 @@ when it will not run again (dead, or dropped: ``retry: false`` / ``dead: false``
 
 Show = Callable[[dict[str, Any] | None], None]
 
+VALUE_FIELDS = ("chain", "chord")
+"""A job whose payload has one of these fields gives its workflow what it returned."""
+
+
+class Completed(NamedTuple):
+    """A job that completed, and what it returned as JSON, for its workflow."""
+
+    value: str
+
 
 @dataclass(frozen=True)
 class Runs:
@@ -69,8 +82,9 @@ class Runs:
     metrics: Recorder | None = None  # the heartbeat's: counts each run
 
 
-def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
-    """Run the job ``fetched``; None when it completed, else the failure to file."""
+def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | Completed | None:
+    """Run the job ``fetched``; None (or :class:`Completed`) when it completed, else the
+    failure to file."""
     now = time.time()
     try:
         payload = payloads.decode(fetched.raw)
@@ -103,6 +117,13 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
         show(None)
     if context.cancel_seen:  # it returned after seeing its cancellation: cancelled
         return _failed(fetched, runs, context, spec=spec, exc=None, started=started)
+    carried = None
+    if VALUE_FIELDS[0] in payload or VALUE_FIELDS[1] in payload:
+        try:
+            carried = Completed(json.dumps(value, allow_nan=False))
+        except (TypeError, ValueError, RecursionError) as exc:
+            error = TypeError(f"the job's return value cannot go to its workflow as JSON: {exc}")
+            return _failed(fetched, runs, context, spec=spec, exc=error, started=started)
     elapsed = time.monotonic() - started
     if runs.metrics is not None:
         runs.metrics.record(fetched.queue, job_class(payload), elapsed, failed=False)
@@ -110,7 +131,7 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | None:
         log.info("%s jid=%s done: %s", context.name, context.jid, duration(elapsed))
     if keep:
         _keep(context, lambda: results.store_value(runs.redis, context.jid, value, keep))
-    return None
+    return carried
 
 
 def _perform(spec: JobSpec, payload: payloads.Payload, runs: Runs, limit: float) -> Any:

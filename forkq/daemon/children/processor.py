@@ -94,6 +94,7 @@ class Lane:
     held: deque[Fetched] = field(default_factory=deque)
     ack: bytes | None = None  # the last completed job, acknowledged with the next fetch
     done: int = 0  # completed jobs at the head of the in-flight list, not acknowledged
+    value: str = ""  # what the last completed job returned, for its workflow (JSON)
     failure: failures.Failure | None = None  # the last job's failure, to file
     failed_job: bytes = b""
     started: float = math.inf  # monotonic start of the running job (inf: none)
@@ -253,6 +254,9 @@ class Processor:
         and fetch the next in one round trip, or wait for work."""
         if lane.failure is not None:
             self._file_failure(lane)
+        elif lane.value and lane.held:  # a workflow takes its value now, not after the batch
+            self._settle(lane, fetch=False)
+            self._restart_progress(lane)
         with self._lock:  # the heartbeat thread may be giving the held jobs back
             fetched = lane.held.popleft() if lane.held else None
         if fetched is None:
@@ -269,8 +273,8 @@ class Processor:
             return None
         with lane.exchange:
             found = self.effects.fetch(lane.number, ack=lane.ack, acked=max(lane.done, 1),
-                                       fetch=fetch, take=lane.sizes.size())
-            lane.ack, lane.done = None, 0
+                                       fetch=fetch, take=lane.sizes.size(), value=lane.value)
+            lane.ack, lane.done, lane.value = None, 0, ""
             if found.jobs:
                 lane.progress.start(found.jobs[0].raw)
                 with self._lock:
@@ -296,15 +300,18 @@ class Processor:
 
     def _execute(self, lane: Lane, fetched: Fetched) -> None:
         lane.started = started = self.effects.monotonic()
-        failure = self.effects.run(lane.number, fetched)
+        outcome = self.effects.run(lane.number, fetched)
         lane.started = math.inf
         lane.sizes.ran(self.effects.monotonic() - started)
-        if failure is None:
+        if isinstance(outcome, failures.Failure):  # filed at the next turn
+            lane.failed_job, lane.failure = fetched.raw, outcome
+        else:
             lane.ack = fetched.raw  # Redis hears of it with the next fetch
             lane.done += 1
-            lane.progress.completed(lane.done)  # where the master reads it (no system call)
-        else:  # filed at the next turn
-            lane.failed_job, lane.failure = fetched.raw, failure
+            if outcome is None:
+                lane.progress.completed(lane.done)  # where the master reads it (no syscall)
+            else:  # not told to the master, who would acknowledge it without its value:
+                lane.value = outcome.value  # it runs again if this child dies before then
         if self._recycles:
             self._count_job()
 
@@ -317,6 +324,10 @@ class Processor:
             log.warning("not filing the failure: the job was recovered while this "
                         "process was cut off from Redis, and is queued again")
         lane.failure = None
+        self._restart_progress(lane)
+
+    def _restart_progress(self, lane: Lane) -> None:
+        """The lane's acknowledged jobs left its list: its progress starts at the next held."""
         with self._lock:
             lane.progress.start(lane.held[0].raw if lane.held else b"")
 
