@@ -79,3 +79,11 @@ def with_kwargs(n: int, *, fmt: str = "txt") -> str:
     """Records its keyword argument."""
     _note("test:wf:ran", n=n, fmt=fmt)
     return f"{n}.{fmt}"
+
+
+@forkq.job(name="wf_slow_step")
+def slow_step(value: Any, label: str, seconds: float) -> list[Any]:
+    """A chain's step that records its start, sleeps ``seconds``, then ends as wf_step."""
+    _note("test:wf:started", label=label)
+    time.sleep(seconds)
+    return step(value, label)
