@@ -115,17 +115,19 @@ local function died(bid)
 end
 
 -- Fire what the batch's state now calls for: complete when every pending member failed,
--- success when none is pending; a child batch then counts in its parent.
+-- success when none is pending; a child batch then counts in its parent. (While a member
+-- is pending that has not failed, nothing is read but the two counts.)
 local member_succeeded
 local function settle(bid)
   local meta = batch_key(bid)
-  if redis.call("HGET", meta, "committed") ~= "1" then
-    return
+  local pending = redis.pcall("SCARD", meta .. ":pending")
+  local failed = redis.pcall("SCARD", meta .. ":failed")
+  if type(pending) ~= "number" or type(failed) ~= "number" or pending > failed
+      or redis.call("HGET", meta, "committed") ~= "1" then
+    return  -- a set of another type: the batch is left alone
   end
-  local pending = redis.call("SCARD", meta .. ":pending")
   local parent = redis.call("HGET", meta, "parent")
-  if pending == redis.call("SCARD", meta .. ":failed") and fire(bid, "complete")
-      and pending > 0 and parent then
+  if pending == failed and fire(bid, "complete") and pending > 0 and parent then
     member_failed(parent, bid, false)  -- complete with failures: a failure of its parent
   end
   if pending == 0 and fire(bid, "success") then
@@ -136,19 +138,15 @@ local function settle(bid)
   end
 end
 
--- Whether batch `bid` can be kept (its keys hold their types: else it is left alone).
-local function kept(meta)
-  return redis.call("TYPE", meta)["ok"] == "hash" and holds(meta .. ":pending", "set")
-    and holds(meta .. ":failed", "set")
-end
-
--- `member` of batch `bid` succeeded (returning `value`, JSON, or nil): counted once.
+-- `member` of batch `bid` succeeded (returning `value`, JSON, or nil): counted once, when
+-- it leaves the pending set (a set of another type counts nothing).
 member_succeeded = function(bid, member, value)
   local meta = batch_key(bid)
-  if not kept(meta) or redis.call("SREM", meta .. ":pending", member) == 0 then
+  if redis.call("TYPE", meta)["ok"] ~= "hash"
+      or redis.pcall("SREM", meta .. ":pending", member) ~= 1 then
     return
   end
-  redis.call("SREM", meta .. ":failed", member)
+  redis.pcall("SREM", meta .. ":failed", member)
   if value and redis.call("HGET", meta, "chord") == "1" then
     try("HSET", meta .. ":results", member, value)
   end
@@ -158,10 +156,11 @@ end
 -- `member` of batch `bid` failed; `dead`: it will not run again.
 member_failed = function(bid, member, dead)
   local meta = batch_key(bid)
-  if not kept(meta) or redis.call("SISMEMBER", meta .. ":pending", member) == 0 then
+  if redis.call("TYPE", meta)["ok"] ~= "hash"
+      or redis.pcall("SISMEMBER", meta .. ":pending", member) ~= 1 then
     return
   end
-  if redis.call("SADD", meta .. ":failed", member) == 1
+  if redis.pcall("SADD", meta .. ":failed", member) == 1
       and redis.call("TTL", meta .. ":failed") == -1 and redis.call("TTL", meta) > 0 then
     redis.call("EXPIRE", meta .. ":failed", redis.call("TTL", meta))
   end
