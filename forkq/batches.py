@@ -375,3 +375,43 @@ def _number(text: str | None) -> float:
     except ValueError:
         return 0.0
 
+
+
+def recent(client: clients.Client, limit: int = 100) -> list[BatchStatus]:
+    """The newest ``limit`` batches (by creation), newest first; entries of
+    ``forkq:batches`` whose batch has expired are dropped from it here. A ``forkq:batches``
+    of another type lists none (redis.ResponseError names it)."""
+    newest: list[bytes] = client.redis.zrevrange(keys.BATCHES, 0, max(limit, 1) - 1)
+    bids = [text(bid) for bid in newest]
+    found = read(client, bids)
+    gone = set(bids) - {status.bid for status in found}
+    if gone:
+        client.redis.zrem(keys.BATCHES, *gone)
+    return found
+
+
+@dataclass(frozen=True)
+class Members:
+    """Some members of a batch: pending ones (not succeeded yet) and, among them, the
+    failed ones; at most ``limit`` of each, and whether there were more."""
+
+    pending: list[str]
+    failed: list[str]
+    more: bool
+
+
+def members(client: clients.Client, bid: str, limit: int = 100) -> Members:
+    """Up to ``limit`` pending and failed members of batch ``bid`` (SSCAN: bounded work)."""
+    meta = keys.batch(bid)
+    found: dict[str, list[str]] = {}
+    more = False
+    for name in ("failed", "pending"):
+        cursor, seen = 0, []
+        while True:
+            cursor, chunk = client.redis.sscan(f"{meta}:{name}", cursor, count=limit)
+            seen += [text(member) for member in chunk]
+            if not cursor or len(seen) >= limit:
+                break
+        more = more or len(seen) > limit or bool(cursor)
+        found[name] = sorted(seen)[:limit]
+    return Members(found["pending"], found["failed"], more)
