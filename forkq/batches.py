@@ -381,7 +381,7 @@ def recent(client: clients.Client, limit: int = 100) -> list[BatchStatus]:
     """The newest ``limit`` batches (by creation), newest first; entries of
     ``forkq:batches`` whose batch has expired are dropped from it here. A ``forkq:batches``
     of another type lists none (redis.ResponseError names it)."""
-    newest: list[bytes] = client.redis.zrevrange(keys.BATCHES, 0, max(limit, 1) - 1)
+    newest: list[Any] = client.redis.zrevrange(keys.BATCHES, 0, max(limit, 1) - 1)
     bids = [text(bid) for bid in newest]
     found = read(client, bids)
     gone = set(bids) - {status.bid for status in found}
