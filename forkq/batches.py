@@ -131,6 +131,10 @@ class Batch:
         """Push the batch: its record, members and jobs in one transaction, committed last.
         Raises :class:`EnqueueError` when Redis refused (nothing pushed, unless it says
         so), ValueError for a reopened batch that does not exist."""
+        diversion = clients.diverted()
+        if diversion is not None:  # a testing mode keeps its batches (forkq.testing)
+            diversion.commit_batch(self)
+            return
         client = self._client or self._first_client() or clients.default()
         now = time.time()
         commands = self.commands(client, now, parent=None)
@@ -335,6 +339,10 @@ class BatchStatus:
 
 def status(bid: str, *, client: clients.Client | None = None) -> BatchStatus | None:
     """The status of batch ``bid``, or None when there is none (never made, or expired)."""
+    diversion = clients.diverted()
+    if diversion is not None:
+        found_here: BatchStatus | None = diversion.batch_status(bid)
+        return found_here
     found = read(client or clients.default(), [bid])
     return found[0] if found else None
 

@@ -62,6 +62,21 @@ class Diversion(Protocol):
     def enter_limiter(self, name: str) -> bool:
         """Whether an entry of limiter ``name`` (one built without a client) is admitted."""
 
+    def commit_batch(self, batch: Any) -> None:
+        """Take a batch built in a ``with forkq.batch()`` block (:mod:`forkq.batches`)."""
+
+    def push_chain(self, run: Any) -> None:
+        """Take a chain's push (:mod:`forkq.canvas`)."""
+
+    def batch_status(self, bid: str) -> Any:
+        """The answer of :func:`forkq.batch_status` for ``bid``."""
+
+    def chain_status(self, cid: str) -> Any:
+        """The answer of :func:`forkq.chain_status` for ``cid``."""
+
+    def progress(self, jid: str, report: dict[str, Any]) -> None:
+        """Keep what :func:`forkq.progress` reported of the running job ``jid``."""
+
 
 _diversion: Diversion | None = None
 
@@ -209,9 +224,10 @@ class Client:
 
     def _send(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> set[str]:
         """One round trip: ZADD the future jobs; SADD + one LPUSH per queue for the rest;
-        a unique job with its lock, a job of a group with its index (push.lua) (or, while
-        a testing mode is on, no Redis at all: see :func:`divert`; inside a ``with
-        forkq.batch()`` block, nothing yet: the batch takes them, :mod:`forkq.batches`).
+        a unique job with its lock, a job of a group with its index (push.lua) (inside a
+        ``with forkq.batch()`` block, nothing yet: the batch takes them,
+        :mod:`forkq.batches`; while a testing mode is on, no Redis at all: see
+        :func:`divert`).
         The jids of the unique jobs dropped.
 
         Each payload is encoded once, here, before anything is sent (TypeError/ValueError
@@ -222,12 +238,12 @@ class Client:
             return set()
         for payload, at in jobs:
             payloads.stamp_expiry(payload, at, now)
-        if _diversion is not None:
-            return _diversion.push(jobs, now)
         taker = OPEN_BATCH.get()
         if taker is not None:
             taker.take(self, jobs)
             return set()
+        if _diversion is not None:
+            return _diversion.push(jobs, now)
         commands, carried = self.commands(jobs, now)
         results = self._round_trip(commands, carried)
         return {group[0] for command, group, result in zip(commands, carried, results, strict=True)

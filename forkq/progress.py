@@ -48,7 +48,7 @@ def progress(done: float, total: float | None = None, note: str | None = None) -
         report["note"] = note
     diversion = clients.diverted()
     if diversion is not None:
-        getattr(diversion, "progress", lambda jid, report: None)(context.jid, report)
+        diversion.progress(context.jid, report)
         return
     if now - context.progress_at < MIN_INTERVAL and total != done:
         return

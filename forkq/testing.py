@@ -23,6 +23,14 @@ A job's exception propagates to the test, unchanged: no retry, no dead set, no
 asyncio event loop (in a thread of its own when the caller is inside a running loop, as
 an async test is).
 
+Workflows run in the modes (:mod:`forkq.testing_workflows`): a ``with forkq.batch()``
+block's jobs are kept (fake) or run (inline) when it ends, and its callbacks fire;
+a chain's next step is pushed when a step ends (inline runs a whole chain before
+``perform_async`` returns; fake runs it step by step in ``drain()``); a chord's body gets
+the values in order; :func:`forkq.batch_status`, :func:`forkq.chain_status` answer from
+the mode and :func:`forkq.progress` reports land in :attr:`Mode.progress`. A job that
+raises is not retried here: it dies for its batch and its chain.
+
 :func:`forkq.result` answers from the mode (:attr:`Mode.results`) without waiting: the value
 a job with ``result_ttl`` returned when it ran here (its JSON round trip), else
 :class:`~forkq.errors.ResultTimeoutError` at once.
@@ -51,6 +59,7 @@ from forkq import unique
 from forkq.errors import ForkqError, JobFailedError, ResultTimeoutError
 from forkq.middleware import SERVER, JobContext, ServerChain, running
 from forkq.registry import REGISTRY, Registry
+from forkq.testing_workflows import Ledger
 
 DRAIN_LIMIT = 10_000
 """How many jobs one :meth:`Fake.drain` runs before it decides that a job keeps
@@ -87,6 +96,11 @@ class Mode:
         self.over_limit: set[str] = set()
         """Names of the limiters whose entries raise :class:`~forkq.errors.OverLimit` at
         once while this mode is on (to test what the code does when a limit is reached)."""
+        self.workflows = Ledger(self._receive)
+        """The batches and chains pushed while this mode is on (:mod:`forkq.testing_workflows`):
+        their callbacks fire and their steps follow as in production."""
+        self.progress: dict[str, dict[str, Any]] = {}
+        """What :func:`forkq.progress` last reported of each job (by jid) run in this mode."""
         self.results: dict[str, Any] = {}
         """What :func:`forkq.result` answers: the JSON round trip of the value each job with
         ``result_ttl`` returned when it ran in this mode (a value JSON cannot carry is kept
@@ -130,10 +144,15 @@ class Mode:
         context = JobContext(payload["class"], payloads.jid(payload),
                              payloads.text_field(payload, "queue") or "default", payload,
                              payload["args"])
-        with running(context):
-            value = self.middleware.run(context, lambda: _complete(spec.call(payload)))
+        try:
+            with running(context):
+                value = self.middleware.run(context, lambda: _complete(spec.call(payload)))
+        except BaseException:
+            self.workflows.failed(payload)
+            raise
         if payloads.result_ttl(payload):
             self.results[context.jid] = _kept(context.jid, value)
+        self.workflows.done(payload, value)
         return value
 
 
@@ -153,6 +172,21 @@ class _ToTheInnermostMode:
             return False
         mode.limiter_entries[name] = mode.limiter_entries.get(name, 0) + 1
         return True
+
+    def commit_batch(self, batch: Any) -> None:
+        _modes[-1].workflows.commit(batch)
+
+    def push_chain(self, run: Any) -> None:
+        _modes[-1].workflows.push_chain(run)
+
+    def batch_status(self, bid: str) -> Any:
+        return _modes[-1].workflows.batch_status(bid)
+
+    def chain_status(self, cid: str) -> Any:
+        return _modes[-1].workflows.chain_status(cid)
+
+    def progress(self, jid: str, report: dict[str, Any]) -> None:
+        _modes[-1].progress[jid] = report
 
     def result(self, jid: str) -> Any:
         found = _modes[-1].results.get(jid, _MISSING)

@@ -611,3 +611,117 @@ def test_limiters_admit_at_once_without_redis_and_count_their_entries(mode) -> N
             pass
     with pytest.raises(redis.ConnectionError), API_LIMIT:  # the mode off: Redis is asked
         pass
+
+
+# --- workflows in the modes -------------------------------------------------------------
+
+@job(registry=REG, name="tm_double")
+def double(value: Any) -> Any:
+    done.append(("double", value))
+    return value * 2
+
+
+@job(registry=REG, name="tm_report")
+def report(first: Any, tag: str) -> None:
+    done.append((tag, first))
+
+
+@job(registry=REG, name="tm_fmt")
+def formatted(n: int, *, fmt: str = "txt") -> str:
+    done.append(("fmt", (n, fmt)))
+    return f"{n}.{fmt}"
+
+
+@job(registry=REG, name="tm_grow")
+def grow(count: int) -> None:
+    with forkq.batch(forkq.current_batch()):
+        for n in range(count):
+            double.perform_async(n)
+
+
+def test_inline_runs_a_chain_synchronously_passing_each_value_on() -> None:
+    with inline():
+        cid = forkq.chain(double.s(1), double.s(), double.s()).perform_async()
+        assert done == [("double", 1), ("double", 2), ("double", 4)]
+        status = forkq.chain_status(cid)
+        assert status is not None and status.state == "succeeded" and status.step == 4
+
+
+def test_fake_records_a_chain_and_drain_runs_its_steps_in_order() -> None:
+    with fake() as mode:
+        cid = forkq.chain(double.s(3), formatted.s(fmt="pdf")).perform_async()
+        [first] = mode.jobs()
+        assert first["chain"] == cid and first["chain_step"] == 1 and done == []
+        assert mode.drain() == 2
+        assert done == [("double", 3), ("fmt", (6, "pdf"))]
+
+
+def test_a_batch_fires_its_callbacks_once_with_its_status_in_both_modes() -> None:
+    for mode in (inline(), fake()):
+        done.clear()
+        with mode:
+            with forkq.batch(on_success=report.s("success"), on_complete=report.s("complete"),
+                             description="two") as b:
+                double.perform_async(1)
+                double.perform_async(2)
+            if isinstance(mode, testing.Fake):
+                assert {job["bid"] for job in mode.jobs()} == {b.bid}
+                mode.drain()
+            tags = [entry for entry in done if entry[0] in ("success", "complete")]
+            assert [tag for tag, _ in tags] == ["complete", "success"]
+            assert tags[1][1]["succeeded"] == 2 and tags[1][1]["description"] == "two"
+            status = forkq.batch_status(b.bid)
+            assert status is not None and status.success and status.progress == 1.0
+
+
+def test_a_chord_gives_its_body_the_values_in_order() -> None:
+    with fake() as mode:
+        forkq.chord(forkq.group(double.s(1), double.s(2), double.s(3)),
+                    report.s("total")).perform_async()
+        mode.drain()
+    assert done[-1] == ("total", [2, 4, 6])
+
+
+def test_a_job_that_raises_dies_for_its_batch_and_its_chain() -> None:
+    with fake() as mode:
+        with forkq.batch(on_death=report.s("death"), on_success=report.s("success")) as b:
+            explode.perform_async("no")
+        cid = forkq.chain(explode.s("no"), double.s()).perform_async()
+        with pytest.raises(RuntimeError):
+            mode.drain(explode)
+        with pytest.raises(RuntimeError):
+            mode.drain(explode)
+        assert mode.drain() == 1  # on_death's callback; the chain's next step never came
+        status, chain = forkq.batch_status(b.bid), forkq.chain_status(cid)
+        assert status is not None and set(status.fired) == {"death", "complete"}
+        assert chain is not None and chain.state == "failed" and chain.failed_step == 1
+    assert [tag for tag, _ in done] == ["death"]
+
+
+def test_a_job_grows_its_own_batch_and_nested_batches_count_in_their_parent() -> None:
+    with inline():
+        with forkq.batch(on_success=report.s("parent")) as parent:
+            with forkq.batch(on_success=report.s("child")):
+                grow.perform_async(3)
+            double.perform_async(10)
+        assert [tag for tag, _ in done if tag in ("parent", "child")] == ["child", "parent"]
+        status = forkq.batch_status(parent.bid)
+        assert status is not None and status.total == 2 and status.success
+
+
+def test_an_exception_in_a_batch_block_pushes_nothing_in_a_mode() -> None:
+    with fake() as mode:
+        with pytest.raises(KeyError), forkq.batch():
+            double.perform_async(1)
+            raise KeyError("x")
+        assert mode.jobs() == []
+
+
+def test_progress_lands_in_the_mode() -> None:
+    @job(registry=REG, name="tm_progress")
+    def counting() -> None:
+        forkq.progress(3, total=4, note="almost")
+
+    with inline() as mode:
+        jid = counting.perform_async()
+    assert mode.progress[str(jid)]["done"] == 3 and mode.progress[str(jid)]["note"] == "almost"

@@ -187,7 +187,7 @@ def test_a_chord_of_1000_gives_its_callback_every_result_in_order_through_a_chil
 
 def test_a_job_adds_100_jobs_to_its_own_running_batch(
         r: redis.Redis, daemon: Any, default_client: Client) -> None:
-    with forkq.batch(on_success=flows.callback.s("success")) as b:
+    with forkq.batch(on_success=flows.callback.s("success")):
         flows.grow.perform_async(100)
         for n in range(3):
             flows.item.perform_async(n)
