@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
                     (plain if kind == "plain" else batched).append(drain.jobs_per_second)
                     cpu[kind].append(drain.workers_cpu_ms + (drain.server_cpu_ms or 0.0))
                     print(f"  #{number} {kind}: {drain.jobs_per_second:,.0f} jobs/s, "
-                          f"{cpu[kind][-1]:.3f} CPU ms/job", flush=True)
+                          f"{cpu[kind][-1]:.3f} CPU ms/job ({drain.server_cpu_ms or 0:.3f} "
+                          "server)", flush=True)
                 succeeded = here.r.hexists(keys.batch(BID), "success_at")
                 print(f"  #{number} the batch's on_success fired: {bool(succeeded)}")
             finally:

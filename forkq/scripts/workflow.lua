@@ -115,16 +115,16 @@ local function died(bid)
 end
 
 -- Fire what the batch's state now calls for: complete when every pending member failed,
--- success when none is pending; a child batch then counts in its parent. (While a member
--- is pending that has not failed, nothing is read but the two counts.)
+-- success when none is pending; a child batch then counts in its parent. `pending` and
+-- `failed` are the sizes of its sets when the caller has read them.
 local member_succeeded
-local function settle(bid)
+local function settle(bid, pending, failed)
   local meta = batch_key(bid)
-  local pending = redis.pcall("SCARD", meta .. ":pending")
-  local failed = redis.pcall("SCARD", meta .. ":failed")
+  pending = pending or redis.pcall("SCARD", meta .. ":pending")
+  failed = failed or redis.pcall("SCARD", meta .. ":failed")
   if type(pending) ~= "number" or type(failed) ~= "number" or pending > failed
-      or redis.call("HGET", meta, "committed") ~= "1" then
-    return  -- a set of another type: the batch is left alone
+      or redis.pcall("HGET", meta, "committed") ~= "1" then
+    return  -- a key of another type: the batch is left alone
   end
   local parent = redis.call("HGET", meta, "parent")
   if pending == failed and fire(bid, "complete") and pending > 0 and parent then
@@ -139,18 +139,22 @@ local function settle(bid)
 end
 
 -- `member` of batch `bid` succeeded (returning `value`, JSON, or nil): counted once, when
--- it leaves the pending set (a set of another type counts nothing).
+-- it leaves the pending set (a set of another type counts nothing). While members that
+-- have not failed are pending, this is three commands: SREM, SCARD, SCARD.
 member_succeeded = function(bid, member, value)
   local meta = batch_key(bid)
-  if redis.call("TYPE", meta)["ok"] ~= "hash"
-      or redis.pcall("SREM", meta .. ":pending", member) ~= 1 then
+  if redis.pcall("SREM", meta .. ":pending", member) ~= 1 then
     return
   end
-  redis.pcall("SREM", meta .. ":failed", member)
-  if value and redis.call("HGET", meta, "chord") == "1" then
+  local failed = redis.pcall("SCARD", meta .. ":failed")
+  if type(failed) == "number" and failed > 0
+      and redis.call("SREM", meta .. ":failed", member) == 1 then
+    failed = failed - 1
+  end
+  if value and redis.pcall("HGET", meta, "chord") == "1" then
     try("HSET", meta .. ":results", member, value)
   end
-  settle(bid)
+  settle(bid, redis.pcall("SCARD", meta .. ":pending"), failed)
 end
 
 -- `member` of batch `bid` failed; `dead`: it will not run again.
