@@ -240,3 +240,42 @@ def test_jobs_carry_the_bid_as_sidekiq_pro_writes_it(r: redis.Redis,
     jobs = [json.loads(raw) for raw in r.lrange("queue:default", 0, -1)]
     assert {job["bid"] for job in jobs} == {b.bid} and jid in {job["jid"] for job in jobs}
     assert r.scard(f"forkq:batch:{b.bid}:pending") == 3
+
+
+def test_workflow_fields_and_keys_of_any_type_never_stop_a_job(
+        r: redis.Redis, daemon: Any) -> None:
+    r.set("forkq:batch:str", "x")
+    r.hset("forkq:batch:badset", "committed", "1")
+    r.rpush("forkq:batch:badset:pending", "j5")
+    r.rpush("forkq:chain:lst", "x")
+    fields: list[dict[str, Any]] = [
+        {"bid": 5}, {"bid": "nosuch"}, {"bid": "str"}, {"bid": "badset", "jid": "j5"},
+        {"chain": 7, "chain_step": "x"}, {"chain": "lst", "chain_step": 1},
+        {"chain": {"a": 1}, "chord": "yes"}, {"bid": None, "chain": None},
+    ]
+    for n, extra in enumerate(fields):
+        body = {"class": "wf_item", "args": [n], "queue": "default", "retry": False,
+                "jid": f"j{n}", **extra}
+        r.lpush("queue:default", json.dumps(body))
+    r.lpush("queue:default", json.dumps({"class": "wf_item", "args": [99], "retry": 0,
+                                         "jid": "kw", "kwargs": [1]}))
+    d = daemon(CONFIG)
+    until(lambda: len(_ran(r)) == len(fields) and r.zcard("dead") == 1, 30, d.log)
+    until(lambda: not holding(r) and r.llen("queue:default") == 0, 15, d.log)
+    [dead] = [json.loads(raw) for raw in r.zrange("dead", 0, -1)]
+    assert dead["jid"] == "kw" and "kwargs must be an object" in dead["error_message"]
+    assert d.alive() and r.type("forkq:batch:str") == b"string"
+
+
+def test_a_cancelled_waiting_job_dies_for_its_batch(r: redis.Redis,
+                                                     default_client: Client) -> None:
+    from forkq import api
+
+    with forkq.batch(on_death=flows.callback.s("death"),
+                     on_complete=flows.callback.s("complete")) as b:
+        jid = flows.item.set(queue="parked").perform_async(1)
+    assert api.cancel(r, str(jid)).outcome == "dequeued"
+    tags = sorted(json.loads(raw)["args"][1] for raw in r.lrange("queue:default", 0, -1))
+    assert tags == ["complete", "death"]
+    status = forkq.batch_status(b.bid)
+    assert status is not None and status.failures == 1 and not status.success

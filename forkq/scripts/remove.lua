@@ -6,7 +6,8 @@
 -- ARGV[2]  the job exactly as read (never re-encoded)
 --
 -- Returns 1 when the job was removed (and its lock, if it held one, released: see
--- release_unique), 0 when KEYS[1] no longer holds it. Refuses, changing nothing, when
+-- release_unique; a job of a batch or a chain dies there, workflow.lua), 0 when KEYS[1] no
+-- longer holds it. Refuses, changing nothing, when
 -- KEYS[1] holds another type.
 local bad = wrong_type(KEYS[1], ARGV[1])
 if bad then
@@ -20,5 +21,6 @@ else
 end
 if removed > 0 then
   release_unique(ARGV[2])
+  workflow_failed(ARGV[2], true)  -- it will not run: its batch or chain hears of its death
 end
 return removed
