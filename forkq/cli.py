@@ -5,7 +5,7 @@
 measures it; ``forkq version`` (or ``--version``); a first word that is no command gets
 the closest command suggested (exit 2). The operator's commands (``status``, ``quiet``,
 ``stop``, ``dump``, ``reload``, ``queues``, ``retries``, ``dead``, ``scheduled``, ``job``,
-``enqueue``; see
+``limits``, ``uniques``, ``batches``, ``batch``, ``cancel``, ``enqueue``; see
 :mod:`forkq.ops.commands`) find Redis as the daemon does (``-C``, ``--redis-url``,
 ``FORKQ_REDIS_URL``, ``REDIS_URL``) and print tables, or JSON with ``--json``.
 Errors print one line on stderr (and ``{"error": …}`` on stdout with ``--json``):
@@ -48,7 +48,7 @@ from forkq.printable import json_text, printable
 from forkq.wirejson import is_utf8
 
 OPERATOR = ("status", "quiet", "stop", "dump", "reload", "queues", "retries", "dead",
-            "scheduled", "cancel", "job", "limits", "uniques")
+            "scheduled", "cancel", "job", "limits", "uniques", "batches", "batch")
 COMMANDS = ("run", "demo", "bench", "version", "enqueue", "web", "systemd-unit", *OPERATOR)
 MOVED_BENCHES = {"--web": "bench/web_pages.py", "--scheduled": "bench/scheduled.py",
                  "--split": "bench/split.py", "--backlog": "bench/backlog.py"}
@@ -169,6 +169,15 @@ def _operator_parsers(commands: Any) -> None:
                               "(queue, schedule, running, retry, dead), shown whole")
     job.add_argument("jid", metavar="JID")
     job.set_defaults(func=_operator)
+    batches = commands.add_parser("batches", parents=[common], help="the newest batches: "
+                                  "state, members pending and failed, progress")
+    _limit_flag(batches, "batches")
+    batches.set_defaults(func=_operator)
+    batch = commands.add_parser("batch", parents=[common], help="one batch: its figures, "
+                                "events and callbacks, its pending and failed members")
+    batch.add_argument("bid", metavar="BID")
+    _limit_flag(batch, "pending and failed members each")
+    batch.set_defaults(func=_operator)
     _enqueue_parser(commands.add_parser("enqueue", parents=[common],
                                         help="push one job by name"))
     _web_parser(commands.add_parser("web", help="serve the web dashboard (loopback by default)"))
@@ -198,10 +207,10 @@ def _signal_parser(sub: argparse.ArgumentParser) -> None:
     sub.set_defaults(func=_operator)
 
 
-def _limit_flag(sub: argparse.ArgumentParser) -> None:
+def _limit_flag(sub: argparse.ArgumentParser, what: str = "jobs") -> None:
     sub.add_argument("--limit", type=options.limit_option, default=options.DEFAULT_LIMIT,
                      metavar="N",
-                     help=f"list at most N jobs (default {options.DEFAULT_LIMIT}; 0 = all)")
+                     help=f"list at most N {what} (default {options.DEFAULT_LIMIT}; 0 = all)")
 
 
 def _set_parser(sub: argparse.ArgumentParser) -> None:

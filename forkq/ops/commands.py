@@ -1,17 +1,19 @@
 """The operator's commands on top of :mod:`forkq.api`: ``status``, ``quiet``, ``stop``,
 ``dump``, ``reload``, ``queues``, ``retries`` / ``dead`` / ``scheduled``, ``job``,
-``limits``, ``uniques`` and ``enqueue``.
+``limits``, ``uniques`` and ``enqueue``; ``batches`` and ``batch`` are in
+:mod:`forkq.ops.workflows`.
 
-Each command is a function ``(client, args) -> Outcome``: the data printed with
-``--json`` (one JSON object on stdout), the text printed otherwise, the messages for
-stderr, and the exit status:
+Each command is a function ``(client, args) -> Outcome`` (:mod:`forkq.ops.outcome`): the
+data printed with ``--json`` (one JSON object on stdout), the text printed otherwise, the
+messages for stderr, and the exit status:
 
 - 0 — done;
 - 2 — usage error (a missing or contradictory argument; argparse's own errors too);
 - 65 — unusable input (an ``enqueue`` ARG that looks like JSON but does not parse, or a
   value JSON cannot carry such as NaN);
-- 66 — a named process, queue or jid is not there; the others named were still acted on,
-  and ``--json`` lists the absent ones under ``missing`` (``job JID``: "job JID not found");
+- 66 — a named process, queue, jid or batch is not there; the others named were still acted
+  on, and ``--json`` lists the absent ones under ``missing`` (``job JID``: "job JID not
+  found");
 - 1 — something named was refused (a set entry that is not a job, a remote signal a
   process does not take); the rest were acted on, and ``--json`` lists them under
   ``refused``. Also ``status`` and ``queues [list]`` reading a damaged key (a queue that is
@@ -26,8 +28,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -44,8 +45,9 @@ from forkq.errors import (
     ForkqError,
     NotFoundError,
 )
-from forkq.ops import cancel, flow, tables
+from forkq.ops import cancel, flow, tables, workflows
 from forkq.ops.lookup import Place, find_job
+from forkq.ops.outcome import Command, Outcome, damaged, failed
 from forkq.ops.processes import ProcessSet, Work
 from forkq.ops.queues import Queue
 from forkq.ops.records import SortedEntry
@@ -53,24 +55,6 @@ from forkq.ops.sorted_sets import SETS, JobSet
 from forkq.ops.stats import Stats, describe_damage, holds
 from forkq.printable import json_text, printable
 from forkq.wording import counted, duration
-
-
-@dataclass
-class Outcome:
-    """What a command prints and how it exits."""
-
-    data: dict[str, Any]
-    text: str
-    code: int = EXIT_OK
-    errors: list[str] = field(default_factory=list)
-
-
-Command = Callable[[redis.Redis, argparse.Namespace], Outcome]
-
-
-def failed(code: int, message: str, **data: Any) -> Outcome:
-    """An outcome that only reports ``message`` (on stderr; under ``error`` with --json)."""
-    return Outcome({"error": message, **data}, "", code, [message])
 
 
 def _with_problems(data: dict[str, Any], missing: list[str], refused: list[str]
@@ -369,10 +353,13 @@ def job(client: redis.Redis, args: argparse.Namespace) -> Outcome:
         message = f"job {args.jid} not found"
         return Outcome({**data, "error": message}, "", EXIT_NOT_FOUND, [*notes, message])
     now = time.time()
-    lock = unique_lock(client, found.places[0].job.item)
-    data["lock"] = lock
-    text = "\n\n".join(_place_text(place, now, lock) for place in found.places)
-    return Outcome(data, text, EXIT_OK, notes)
+    item = found.places[0].job.item
+    lock = unique_lock(client, item)
+    flows = workflows.of_job(client, item, args.jid)
+    data.update(lock=lock, **flows.data)
+    text = "\n\n".join(_place_text(place, now, lock=lock, flows=flows.fields)
+                       for place in found.places)
+    return Outcome(data, text, EXIT_OK, [*notes, *flows.notes])
 
 
 def unique_lock(client: redis.Redis, item: dict[str, Any]) -> dict[str, Any] | None:
@@ -402,9 +389,10 @@ def _lock_text(lock: dict[str, Any], jid: str) -> str:
     return f"{lock['key']}: held by {whose}{left}"
 
 
-def _place_text(place: Place, now: float, lock: dict[str, Any] | None = None) -> str:
+def _place_text(place: Place, now: float, *, lock: dict[str, Any] | None = None,
+                flows: list[tuple[str, str]] | None = None) -> str:
     """A job in one place: a headline, then its fields (its unique ``lock``, if it names
-    one), the error and backtrace whole."""
+    one; its batch, chain and progress, ``flows``), the error and backtrace whole."""
     record = place.job
     fields = [("class", record.klass), ("args", json.dumps(record.args, ensure_ascii=False)),
               ("queue", place.queue or record.queue), ("key", place.key),
@@ -414,6 +402,7 @@ def _place_text(place: Place, now: float, lock: dict[str, Any] | None = None) ->
         fields.append(("retries", str(record.retry_count)))
     if lock is not None:
         fields.append(("lock", _lock_text(lock, str(record.jid))))
+    fields += flows or []
     if record.error_class or record.error_message:
         fields.append(("error", f"{record.error_class}: {record.error_message}"))
     if record.error_backtrace:
@@ -450,7 +439,7 @@ def limits(client: redis.Redis, args: argparse.Namespace) -> Outcome:
     data = {"slots": [vars(s) for s in found.slots],
             "limiters": [vars(u) for u in found.limiters],
             "groups": [vars(g) for g in found.groups], "damaged": found.damaged}
-    return Outcome(data, text, *_damaged(found.damaged))
+    return Outcome(data, text, *damaged(found.damaged))
 
 
 def uniques(client: redis.Redis, args: argparse.Namespace) -> Outcome:
@@ -464,13 +453,7 @@ def uniques(client: redis.Redis, args: argparse.Namespace) -> Outcome:
                                    else "no TTL"] for lock in found.locks])
     data = {"total": total, "locks": [vars(lock) for lock in found.locks],
             "damaged": found.damaged}
-    return Outcome(data, text, *_damaged(found.damaged))
-
-
-def _damaged(names: list[str]) -> tuple[int, list[str]]:
-    """The exit status and stderr notes of a reading that skipped ``names`` (another type)."""
-    notes = [f"key {printable(name)!r} holds another type; skipped" for name in names]
-    return (EXIT_FAILURE if names else EXIT_OK), notes
+    return Outcome(data, text, *damaged(found.damaged))
 
 
 # --- enqueue ------------------------------------------------------------------------------
@@ -525,7 +508,8 @@ def command(name: str) -> Command:
     """The operator command ``name`` (each of ``forkq.cli.OPERATOR``); KeyError for another."""
     commands: dict[str, Command] = {
         "status": status, "queues": queues, "cancel": cancel_jobs, "job": job,
-        "limits": limits, "uniques": uniques,
+        "limits": limits, "uniques": uniques, "batches": workflows.batch_list,
+        "batch": workflows.batch_show,
         **{action: signal_processes(action) for action in _ASKED},
         **{kind: job_set(kind) for kind in ("retries", "dead", "scheduled")}}
     return commands[name]
