@@ -19,12 +19,15 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from forkq import api
+import forkq
+from forkq import api, keys
+from forkq import client as clients
 from forkq.client import Client
 from forkq.embedded import EmbeddedServer
 from forkq.metrics import layout, prometheus, query, recorder, sampler, text_format
 from forkq.metrics.recorder import Recorder, job_class, queue_writes
 
+from . import flows
 from .conftest import Daemon, identity_of, records, run_bench, until
 from .test_sidekiq_interop import _run_ruby
 
@@ -315,6 +318,58 @@ def test_the_exposition_of_two_daemons_counts_the_work_of_both(
     assert east and west
 
 
+def _batch_samples(r: redis.Redis) -> tuple[dict[str, float], float, float]:
+    """``forkq_batches_total`` by event, ``forkq_batches_open`` and the skipped keys of a
+    scrape now."""
+    families = {f.name: f for f in text_string_to_metric_families(
+        prometheus.exposition(r).decode())}
+    events = {s.labels["event"]: s.value for s in families["forkq_batches"].samples
+              if s.name == "forkq_batches_total"}
+    assert families["forkq_batches"].type == "counter"
+    assert families["forkq_batches_open"].type == "gauge"
+    return (events, families["forkq_batches_open"].samples[0].value,
+            families["forkq_metrics_skipped_keys"].samples[0].value)
+
+
+def test_the_batch_counters_count_batches_and_the_events_fired(
+        r: redis.Redis, daemon: Any) -> None:
+    client = Client(r)
+    clients.configure(client)
+    try:
+        assert _batch_samples(r) == ({"created": 0, "complete": 0, "success": 0, "death": 0},
+                                     0, 0)
+        with forkq.batch(on_death=flows.callback.s("death")) as bad:
+            flows.item.perform_async(1)
+            flows.doomed.perform_async(2)
+        with forkq.batch():
+            flows.item.perform_async(3)
+            with forkq.batch():  # a child batch counts as a batch of its own
+                flows.item.perform_async(4)
+        assert _batch_samples(r) == ({"created": 3, "complete": 0, "success": 0, "death": 0},
+                                     3, 0)
+        d = daemon("concurrency: 2\nrequire: flows\n")
+        until(lambda: r.hget(keys.BATCH_STATS, "success") == b"2"
+              and forkq.batch_status(bad.bid).complete,  # type: ignore[union-attr]
+              30, lambda: d.log())
+        assert _batch_samples(r) == ({"created": 3, "complete": 3, "success": 2, "death": 1},
+                                     1, 0)
+    finally:
+        clients.configure(None)
+
+
+def test_a_batch_counters_key_of_another_type_or_a_field_that_is_no_number_is_skipped(
+        r: redis.Redis) -> None:
+    r.set(keys.BATCH_STATS, "not a hash")
+    assert _batch_samples(r) == ({"created": 0, "complete": 0, "success": 0, "death": 0},
+                                 0, 1)
+    r.delete(keys.BATCH_STATS)
+    r.hset(keys.BATCH_STATS, mapping={"created": 5, "success": "many", "complete": 2})
+    assert _batch_samples(r) == ({"created": 5, "complete": 2, "success": 0, "death": 0},
+                                 5, 1)
+    r.hset(keys.BATCH_STATS, mapping={"created": 1, "success": 4})  # hand-edited counters
+    assert _batch_samples(r)[1] == 0
+
+
 def test_counts_given_back_after_a_failed_beat_go_with_the_next() -> None:
     recorder = Recorder()
     recorder.record("q", "A", 0.01, failed=False)
@@ -382,6 +437,7 @@ def test_the_exposition_text_is_what_prometheus_client_writes_for_the_same_serie
                                                        b"1.5", None, b"100", None, b"5"],
                                         leader="host:1:abc")]
     snap.stats = {"processed": 12345678901, "failed": 2, "scheduled": 0, "retry": 1, "dead": 3}
+    snap.batches = {"created": 7, "complete": 5, "success": 4, "death": 1}
     snap.skipped = 1
     ours = text_format.render(prometheus.families(snap))
 

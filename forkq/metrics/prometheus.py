@@ -14,6 +14,11 @@ Series (docs/metrics.md, "Prometheus", lists them too):
   ``forkq:metrics:jobs``, all time;
 - ``forkq_jobs_blocked{job_class}`` gauge — jobs waiting in concurrency limits' waiting
   lines (those listed in ``forkq:lines``), now;
+- ``forkq_batches_total{event}`` counter — batches created (``event="created"``) and the
+  batch events fired (``complete``, ``success``, ``death``; :mod:`forkq.batches`), from
+  ``forkq:stat:batches``, all time; ``forkq_batches_open`` gauge — batches not yet
+  succeeded (created - success, never below 0; one that never succeeds stays
+  counted);
 - ``forkq_processed_total`` / ``forkq_failed_total`` counters — Sidekiq's ``stat:processed``
   / ``stat:failed`` (every Sidekiq-compatible process, Ruby too);
 - ``forkq_queue_size{queue}``, ``forkq_queue_latency_seconds{queue}``,
@@ -26,8 +31,8 @@ Series (docs/metrics.md, "Prometheus", lists them too):
 - ``forkq_metrics_skipped_keys`` gauge — keys this scrape skipped (the wrong type).
 
 Bounded work: four pipelined round trips, whatever the keyspace: the registered sets
-(``queues``, ``processes``, ``forkq:paused``, ``forkq:lines``) and ``forkq:metrics:jobs``,
-then each listed queue (``LLEN``, ``LINDEX -1``; at most
+(``queues``, ``processes``, ``forkq:paused``, ``forkq:lines``), ``forkq:metrics:jobs`` and
+``forkq:stat:batches``, then each listed queue (``LLEN``, ``LINDEX -1``; at most
 :data:`~forkq.metrics.sampler.MAX_QUEUES`), each listed process (``HMGET``) and each listed
 waiting line (``LLEN``, ``LINDEX 0`` for its jobs' class; at most :data:`MAX_LINES`).
 Never ``KEYS`` or ``SCAN``. A key of the wrong type is skipped, counted and logged; the
@@ -67,6 +72,9 @@ _EDGES = [f"{ms / 1000:g}" for ms in layout.EDGES_MS] + ["+Inf"] * (
 MAX_LINES = 1000
 """The most waiting lines one scrape reads."""
 
+BATCH_EVENTS = ("created", "complete", "success", "death")
+"""The counters of ``forkq:stat:batches``, each a ``forkq_batches_total{event}`` series."""
+
 
 def exposition(client: redis.Redis) -> bytes:
     """The text exposition (``CONTENT_TYPE``) of the cluster behind ``client``, read now."""
@@ -76,6 +84,7 @@ def exposition(client: redis.Redis) -> bytes:
 def families(snap: Snapshot) -> Iterator[Family]:
     """Every series of one scrape, in exposition order."""
     yield from _job_series(snap)
+    yield from _batch_series(snap)
     yield from _queue_series(snap)
     yield from _process_series(snap)
     yield from _totals(snap)
@@ -94,6 +103,7 @@ class Snapshot:
     leader: bool = False
     skipped: int = 0
     blocked: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    batches: dict[str, int] = field(default_factory=dict)
 
 
 def read(client: redis.Redis, now: float) -> Snapshot:
@@ -110,14 +120,16 @@ def read(client: redis.Redis, now: float) -> Snapshot:
         first.zcard(name)
     first.exists(keys.LEADER)
     first.smembers(concurrency.LINES)
+    first.hgetall(keys.BATCH_STATS)
     names = (keys.QUEUES, keys.PROCESSES, keys.PAUSED, layout.JOBS, keys.STAT_PROCESSED,
              keys.STAT_FAILED, keys.SCHEDULE, keys.RETRY, keys.DEAD, keys.LEADER,
-             concurrency.LINES)
+             concurrency.LINES, keys.BATCH_STATS)
     replies = [_checked(snap, name, reply)
                for name, reply in zip(names, first.execute(raise_on_error=False), strict=True)]
-    queues, processes, paused, jobs, processed, failed, *sizes, leader, lines = replies
+    queues, processes, paused, jobs, processed, failed, *sizes, leader, lines, batches = replies
     snap.paused = {text(name) for name in paused or ()}
     _read_jobs(snap, jobs or {})
+    _read_batches(snap, batches or {})
     counts = [layout.counter(value) or 0 for value in (processed, failed, *sizes)]
     snap.stats = dict(zip(("processed", "failed", "scheduled", "retry", "dead"), counts,
                           strict=True))
@@ -164,6 +176,17 @@ def _read_jobs(snap: Snapshot, jobs: dict[Any, Any]) -> None:
             continue
         queue, klass, metric = parsed
         snap.jobs[(queue, klass)][metric] += count
+
+
+def _read_batches(snap: Snapshot, counters: dict[Any, Any]) -> None:
+    """The batch counters; one that is no number is skipped (counted, logged) and reads 0."""
+    named = {text(name): value for name, value in counters.items()}
+    for event in BATCH_EVENTS:
+        count = layout.counter(named.get(event, 0))
+        if count is None:
+            snap.skipped += 1
+            skipped(log, f"key {keys.BATCH_STATS!r}", f"field {event!r} is not a number")
+        snap.batches[event] = count or 0
 
 
 def _read_processes(snap: Snapshot, client: redis.Redis, identities: list[str]) -> list[Process]:
@@ -217,6 +240,16 @@ def _job_series(snap: Snapshot) -> Iterator[Family]:
     for klass, count in sorted(snap.blocked.items()):
         blocked.add(count, text_format.labels(job_class=klass))
     yield blocked
+
+
+def _batch_series(snap: Snapshot) -> Iterator[Family]:
+    events = Family("forkq_batches_total", "counter",
+                    "Batches created, and batch events fired (complete, success, death).")
+    for event in BATCH_EVENTS:
+        events.add(snap.batches.get(event, 0), text_format.labels(event=event))
+    yield events
+    yield _single("forkq_batches_open", "gauge", "Batches not yet succeeded (created - success).",
+                  max(snap.batches.get("created", 0) - snap.batches.get("success", 0), 0))
 
 
 def _buckets(metrics: dict[str, int]) -> list[tuple[str, float]]:
