@@ -19,6 +19,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import redis
 
@@ -61,31 +62,41 @@ def memory(r: redis.Redis) -> int:
     return int(r.info("memory")["used_memory"])
 
 
+Staging = Callable[[redis.Redis, str, int], None]
+
+
+def measuring(staging: Staging, into: list[int]) -> Staging:
+    """``staging`` that also appends to ``into`` the Redis memory its staged jobs take."""
+    def staged(client: redis.Redis, job_class: str, count: int) -> None:
+        before = memory(client)
+        staging(client, job_class, count)
+        into.append(memory(client) - before)
+    return staged
+
+
+STAGINGS: dict[str, Staging] = {"plain": bench_phases.stage, "batch": stage_batched}
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the repetitions, print every drain and the summary; 0."""
+    """Run the repetitions (plain first in odd ones, the batch first in even ones), print
+    every drain and the summary; 0."""
     options = bench.Options(jobs=args.jobs, concurrencies=[args.concurrency], repeat=args.repeat,
                             latency_samples=0, redis_url=args.redis_url)
     with bench.session(options) as here:
         system = ForkqSystem(here.tmp, here.url, args.concurrency)
-        plain: list[float] = []
-        batched: list[float] = []
-        cpu = {"plain": [], "batch": []}  # type: dict[str, list[float]]
-        staged = {"plain": [], "batch": []}  # type: dict[str, list[int]]
+        rates: dict[str, list[float]] = {kind: [] for kind in STAGINGS}
+        cpu: dict[str, list[float]] = {kind: [] for kind in STAGINGS}
+        staged: dict[str, list[int]] = {kind: [] for kind in STAGINGS}
         print(f"bench/batches.py: {args.jobs} jobs per drain, -c {args.concurrency}, "
               f"{args.repeat} repetitions; {bench.versions()}")
         for number in range(1, args.repeat + 1):
             system.start()
             try:
                 bench_phases.warm_up(here.r, system)
-                for kind, staging in (("plain", bench_phases.stage), ("batch", stage_batched)):
-                    def measured(client: redis.Redis, job_class: str, count: int,
-                                 staging=staging, kind=kind) -> None:  # noqa: ANN001
-                        before = memory(client)
-                        staging(client, job_class, count)
-                        staged[kind].append(memory(client) - before)
+                for kind in sorted(STAGINGS, reverse=number % 2 == 1):
                     drain = bench_phases.drain(here.r, system, args.jobs, here.server_pid,
-                                               staging=measured)
-                    (plain if kind == "plain" else batched).append(drain.jobs_per_second)
+                                               staging=measuring(STAGINGS[kind], staged[kind]))
+                    rates[kind].append(drain.jobs_per_second)
                     cpu[kind].append(drain.workers_cpu_ms + (drain.server_cpu_ms or 0.0))
                     print(f"  #{number} {kind}: {drain.jobs_per_second:,.0f} jobs/s, "
                           f"{cpu[kind][-1]:.3f} CPU ms/job ({drain.server_cpu_ms or 0:.3f} "
@@ -94,14 +105,20 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  #{number} the batch's on_success fired: {bool(succeeded)}")
             finally:
                 system.stop()
-        per_job = (statistics.median(staged["batch"]) - statistics.median(staged["plain"])
-                   ) / args.jobs
-        print("\nmedian jobs/s, CPU ms per job (workers + server)")
-        print(f"  plain  {statistics.median(plain):>9,.0f}  {statistics.median(cpu['plain']):.3f}")
-        print(f"  batch  {statistics.median(batched):>9,.0f}  {statistics.median(cpu['batch']):.3f}")
-        print(f"batch / plain: {statistics.median(batched) / statistics.median(plain):.2f}")
-        print(f"Redis memory per open batch job: {per_job:.0f} bytes")
+        _summary(rates, cpu, staged, args.jobs)
     return 0
+
+
+def _summary(rates: dict[str, list[float]], cpu: dict[str, list[float]],
+             staged: dict[str, list[int]], jobs: int) -> None:
+    print("\nmedian jobs/s, CPU ms per job (workers + server)")
+    for kind in STAGINGS:
+        print(f"  {kind:<6} {statistics.median(rates[kind]):>9,.0f}  "
+              f"{statistics.median(cpu[kind]):.3f}")
+    ratio = statistics.median(rates["batch"]) / statistics.median(rates["plain"])
+    print(f"batch / plain: {ratio:.2f}")
+    extra = statistics.median(staged["batch"]) - statistics.median(staged["plain"])
+    print(f"Redis memory per open batch job: {extra / jobs:.0f} bytes")
 
 
 def main(argv: list[str] | None = None) -> int:
