@@ -18,8 +18,10 @@ from urllib.parse import quote
 
 import redis
 
+import forkq
 from forkq.client import Client, result
 
+from . import jobs
 from .conftest import ROOT, Daemon, named, run_forkq, until
 from .topology import PASSWORD, Node, free_port, make_certs
 
@@ -96,6 +98,9 @@ def test_a_least_privilege_acl_user_runs_the_daemon_the_client_and_the_cli(
         later = client.push({"class": "Mark", "args": [], "at": time.time() + 1})
         marks += [client.push({"class": "Mark", "args": [], "group": f"g{n % 2}",
                                "concurrency_limit": 1}) for n in range(4)]  # fair, limited
+        with forkq.batch(on_success=jobs.Mark.s(), client=client) as b:  # workflows
+            marks += [jobs.Mark.perform_async(n) for n in range(3)]
+        chained = forkq.chain(jobs.Mark.s(), jobs.Mark.s()).perform_async(client=client)
         boom = client.push({"class": "Boom", "args": ["no"]})
         suicide = client.push({"class": "Suicide", "args": []})
         done = lambda: {m.decode() for m in admin.smembers("test:done")}  # noqa: E731
@@ -111,11 +116,13 @@ def test_a_least_privilege_acl_user_runs_the_daemon_the_client_and_the_cli(
                               "unique_for": 60})
         for command in (["status"], ["queues"], ["retries", "list"], ["dead", "list"],
                         ["scheduled", "list"], ["enqueue", "Mark"], ["job", str(boom)],
-                        ["cancel", str(far)], ["limits"], ["uniques"], ["job", str(locked)]):
+                        ["cancel", str(far)], ["limits"], ["uniques"], ["job", str(locked)],
+                        ["batches"], ["batch", b.bid]):
             ran = run_forkq(*command, "--redis-url", url)
             assert ran.returncode == 0, (command, ran.stdout, ran.stderr)
             assert "NOPERM" not in ran.stdout + ran.stderr
-        until(lambda: len(done()) == 26, 30, lambda: d.log())
+        until(lambda: len(done()) == 32, 30, lambda: d.log())  # + the callback, 2 steps
+        assert forkq.chain_status(chained, client=client).state == "succeeded"  # type: ignore[union-attr]
         log = d.log()
         assert "NOPERM" not in log and "refused" not in log.lower(), log
         denied = admin.acl_log()

@@ -2,8 +2,9 @@
 -- the bookkeeping of batches and chains (forkq/batches.py, forkq/canvas.py), run by the
 -- scripts that end a job's run: the acknowledgement (fetch.lua), the filing of a failure
 -- (fail.lua), the burial of a dead process's job (recover.lua). A callback is pushed here,
--- in the same step as the state change that fires it, once: guarded by a field set with
--- HSETNX, never by a client-side check.
+-- in the same step as the state change that fires it, once: guarded by a field set once
+-- ("<event>_at"), never by a client-side check. (Only commands the documented ACL user
+-- may run: docs/redis.md.)
 --
 -- A batch forkq:batch:<bid> (a hash: "committed", "total", "parent", "chord", "description",
 -- "created_at", the callbacks "cb:<event>" and the moments "<event>_at" they fired) has
@@ -78,16 +79,17 @@ local function batch_status(bid, event)
   local pending = redis.call("SCARD", meta .. ":pending")
   return cjson.encode({bid = bid, total = total, pending = pending,
     failures = redis.call("SCARD", meta .. ":failed"), succeeded = total - pending,
-    complete = redis.call("HEXISTS", meta, "complete_at") == 1,
+    complete = redis.call("HGET", meta, "complete_at") ~= false,
     description = redis.call("HGET", meta, "description") or ""})
 end
 
 -- Mark `event` of batch `bid` as happened (once) and push its callback; whether it is new.
 local function fire(bid, event)
   local meta = batch_key(bid)
-  if redis.call("HSETNX", meta, event .. "_at", now_text()) == 0 then
+  if redis.call("HGET", meta, event .. "_at") then
     return false
   end
+  redis.call("HSET", meta, event .. "_at", now_text())
   try("HINCRBY", STATS, event, 1)
   local template = redis.call("HGET", meta, "cb:" .. event)
   if template then
@@ -165,8 +167,8 @@ member_failed = function(bid, member, dead)
     return
   end
   if redis.pcall("SADD", meta .. ":failed", member) == 1
-      and redis.call("TTL", meta .. ":failed") == -1 and redis.call("TTL", meta) > 0 then
-    redis.call("EXPIRE", meta .. ":failed", redis.call("TTL", meta))
+      and redis.call("PTTL", meta .. ":failed") == -1 and redis.call("PTTL", meta) > 0 then
+    redis.call("PEXPIRE", meta .. ":failed", redis.call("PTTL", meta))
   end
   if dead then
     died(bid)
