@@ -757,3 +757,24 @@ def test_api_shows_a_failure_whose_message_is_not_utf8(server: EmbeddedServer, r
     assert (entry["error_class"], entry["retry_count"]) == ("RuntimeError", 0)
     assert entry["error_message"].startswith("bad x "), entry["error_message"]
     assert runs == 1
+
+
+def test_web_ui_shows_the_jobs_of_a_batch_and_a_chain_unharmed(server: EmbeddedServer,
+                                                                 r: redis.Redis) -> None:
+    """A batch's jobs carry ``bid`` as Sidekiq Pro writes it, a chain's step ``chain`` and
+    ``chain_step``: Sidekiq 6.4.1's Web UI and API list them as any job."""
+    from forkq import client as clients
+
+    from . import jobs
+
+    clients.configure(clients.Client(r))
+    try:
+        with forkq.batch(on_success=jobs.Mark.s()) as b:
+            batched = jobs.Mark.set(queue="batched").perform_async("row")
+        forkq.chain(jobs.Mark.set(queue="batched").s("step"), jobs.Mark.s()).perform_async()
+    finally:
+        clients.configure(None)
+    [page] = _web(server, "GET /queues/batched")
+    body = _text(page)
+    assert _row(body, f'title="{batched}"') and '"row"' in body and '"step"' in body
+    assert json.loads(r.lrange("queue:batched", -1, -1)[0])["bid"] == b.bid
