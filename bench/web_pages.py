@@ -5,8 +5,10 @@ Run from a clone: ``python bench/web_pages.py`` (about a minute).
 Fills a private throwaway server (never a given one: it writes ~100 MB) with what a large
 installation holds: :data:`DEAD` dead jobs, :data:`QUEUES` queues of a few jobs each (some
 paused), retries, scheduled jobs, process records with busy workers, counters and history,
-and job metrics (Sidekiq 8's minute hashes and forkq's own series and queue samples) for
-every minute of the last hour. Then calls the WSGI app in-process (no HTTP server, no
+job metrics (Sidekiq 8's minute hashes and forkq's own series and queue samples) for
+every minute of the last hour, and :data:`BATCHES` batches (``forkq.batch``; their jobs wait
+in :data:`BATCH_QUEUE`, one of the queues), the newest with :data:`BIG_BATCH` jobs, a child
+batch and a chain. Then calls the WSGI app in-process (no HTTP server, no
 socket: the figure is the app's own time, Redis round trips and rendering included) for each
 page, :data:`RENDERS` times after one warm-up, and prints per page the median and the
 maximum, the Redis commands one render sends (from ``INFO commandstats``), the page's size,
@@ -36,7 +38,9 @@ from typing import Any
 import redis
 from redis.typing import EncodableT
 
-from forkq import cron, keys
+import forkq
+from forkq import batches, cron, keys
+from forkq.client import Client
 from forkq.connection import connect
 from forkq.embedded import EmbeddedServer
 from forkq.metrics import layout
@@ -58,6 +62,9 @@ LOOKUP_LIMIT_MS = 2000.0
 """The bound of the job page by jid: a search of every queue and set (``forkq job``'s),
 O(jobs), as Sidekiq Web's search is; opened on demand, never refreshed by itself."""
 BATCH = 2_000
+BATCHES = 1_000
+BIG_BATCH = 20_000
+BATCH_QUEUE = "q0000"
 
 WSGI = Callable[..., Any]
 
@@ -100,6 +107,7 @@ def run(*, renders: int = RENDERS) -> int:
             r = connect(server.url)
             started = time.monotonic()
             entry_keys = fill(r, time.time())
+            entry_keys["batch"] = fill_batches(r)
             print(f"filled in {time.monotonic() - started:.1f} s: {r.dbsize():,} keys, "
                   f"{r.info('memory')['used_memory_human']}", file=sys.stderr, flush=True)
             app = make_app(server.url, auth=Auth(), allow_anonymous=True,
@@ -114,7 +122,8 @@ def run(*, renders: int = RENDERS) -> int:
 
 def pages(entry_keys: dict[str, str]) -> list[tuple[str, str]]:
     """Every page of the dashboard, with the worst cases of the big sets; ``entry_keys`` names
-    one entry of each set (``scheduled``, ``retries``, ``dead``) for the job pages."""
+    one entry of each set (``scheduled``, ``retries``, ``dead``) for the job pages, and the
+    biggest batch (``batch``)."""
     return [
         ("Dashboard", "/"), ("Busy", "/busy"), ("Queues", "/queues"),
         ("Queues, last page", "/queues?page=999"),
@@ -126,6 +135,7 @@ def pages(entry_keys: dict[str, str]) -> list[tuple[str, str]]:
         ("a dead job", f"/dead/{entry_keys['dead']}"),
         ("a retry", f"/retries/{entry_keys['retries']}"),
         ("a scheduled job", f"/scheduled/{entry_keys['scheduled']}"), ("Periodic", "/periodic"),
+        ("Batches", "/batches"), ("a batch", f"/batch/{entry_keys.get('batch', '0' * 24)}"),
         ("Flow control", "/flow"), ("a job by jid (lookup)", f"/job/{DEAD // 2:024x}"),
         ("Metrics", "/metrics/jobs"), ("/metrics (Prometheus)", "/metrics"),
     ]
@@ -233,6 +243,34 @@ def fill_metrics(r: redis.Redis, now: float) -> None:
     r.hset(layout.JOBS, mapping=series)
 
 
+@forkq.job(name="App::BatchDone")
+def batch_done(status: Any) -> None:
+    """A batch's callback (never run here: its template is what the batch page reads)."""
+
+
+@forkq.job(name="App::Import", queue=BATCH_QUEUE)
+def import_row(n: int) -> None:
+    """A batch's member (never run here)."""
+
+
+def fill_batches(r: redis.Redis) -> str:
+    """:data:`BATCHES` batches of a few jobs each, with the real API, then the newest: one
+    of :data:`BIG_BATCH` jobs with callbacks, a child batch and a chain; its bid."""
+    client = Client(r)
+    for n in range(BATCHES - 1):
+        with batches.batch(client=client, description=f"import {n}"):
+            client.push(import_row.s(n).item())
+    with batches.batch(client=client, description="the big import",
+                       on_success=batch_done.s(), on_complete=batch_done.s(),
+                       on_death=batch_done.s()) as big:
+        client.push_bulk({"class": "App::Import", "queue": BATCH_QUEUE,
+                          "args": [[n] for n in range(BIG_BATCH)]})
+        with batches.batch(client=client, description="its child"):
+            client.push(import_row.s(-1).item())
+        forkq.chain(import_row.s(-2), import_row.s()).perform_async(client=client)
+    return big.bid
+
+
 def periodic_entries() -> tuple[cron.Periodic, ...]:
     return tuple(cron.Periodic(name=f"report-{i}", cron=f"{i % 60} * * * *",
                                job=f"App::Report{i}") for i in range(20))
@@ -280,7 +318,9 @@ def time_page(app: WSGI, r: redis.Redis, label: str, path: str, renders: int) ->
 def table(timings: list[Timing], r: redis.Redis) -> str:
     sizes = (f"dead {r.zcard(keys.DEAD):,}, retry {r.zcard(keys.RETRY):,}, "
              f"schedule {r.zcard(keys.SCHEDULE):,}, queues {r.scard(keys.QUEUES):,} "
-             f"({JOBS_PER_QUEUE} jobs each), processes {r.scard(keys.PROCESSES)}")
+             f"({JOBS_PER_QUEUE} jobs each), batches {r.zcard(keys.BATCHES):,} (their "
+             f"{r.llen(keys.queue(BATCH_QUEUE)) - JOBS_PER_QUEUE:,} jobs in {BATCH_QUEUE}), "
+             f"processes {r.scard(keys.PROCESSES)}")
     lines = [f"forkq web: server-side render time per page ({sizes}); "
              f"{len(timings[0].times_ms)} renders each, in-process WSGI call",
              "",

@@ -500,7 +500,7 @@ def test_every_page_and_button_works_as_the_documented_least_privilege_acl_user(
 
 DAMAGE_PAGES = ("/", "/?days=90", "/busy", "/queues", "/queues/other", "/scheduled", "/retries",
                 "/dead", "/dead?q=x", "/periodic", "/metrics/jobs?class=Record&queue=other",
-                "/flow")
+                "/flow", "/batches")
 
 
 def _damaged_key(name: str) -> tuple[str, str, tuple[str, ...]]:

@@ -39,7 +39,8 @@ TEMPLATES = Path(__file__).parent / "templates"
 NAV = (("Dashboard", "/", "dashboard"), ("Busy", "/busy", "busy"),
        ("Queues", "/queues", "queues"), ("Scheduled", "/scheduled", "scheduled"),
        ("Retries", "/retries", "retries"), ("Dead", "/dead", "dead"),
-       ("Periodic", "/periodic", "periodic"), ("Flow control", "/flow", "flow"),
+       ("Periodic", "/periodic", "periodic"), ("Batches", "/batches", "batches"),
+       ("Flow control", "/flow", "flow"),
        ("Metrics", "/metrics/jobs", "metrics"))
 MAX_FORM_BYTES = 2 * 1024 * 1024
 

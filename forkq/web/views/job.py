@@ -17,7 +17,11 @@ reloading it looks again. Not found: 404.
 
 Both pages show the job's unique lock when its payload names one (``unique_digest``:
 ``forkq:unique:<digest>``, :mod:`forkq.unique`), read now: held by this job, by another
-(linked) or free, and its time left; one pipelined ``GET`` + ``PTTL``.
+(linked) or free, and its time left; one pipelined ``GET`` + ``PTTL``. They show its
+workflow too (:mod:`forkq.web.workflows`): its batch when the payload names one (``bid``,
+linked to its page), its chain's steps when it is a chain's step (``chain``), and the
+progress it reported (:func:`forkq.progress`), which the 404 page of a job found nowhere
+shows as well (a job that finished keeps it 24 h).
 """
 
 from __future__ import annotations
@@ -30,13 +34,13 @@ from urllib.parse import quote
 
 import redis
 
-from forkq import unique
+from forkq import batches, canvas, unique
 from forkq.connection import is_wrong_type, text
 from forkq.errors import ForkqError
 from forkq.ops import set_bulk, set_pages
 from forkq.ops.lookup import Place, find_job
 from forkq.ops.records import JobRecord, SortedEntry
-from forkq.web import damage
+from forkq.web import damage, workflows
 from forkq.web.routes import Request, Response, View, redirect, render, route
 from forkq.web.views.sets import LABELS, PAGES, SetPage, describe
 
@@ -107,19 +111,27 @@ def show_job(request: Request, spec: SetPage) -> Response:
                   labels=LABELS[spec.path], problem="", **details(request, entry))
 
 
-def details(request: Request, entry: JobRecord) -> dict[str, Any]:
-    """What the job page shows beyond the entry's own properties (its unique lock read now)."""
+def details(request: Request, entry: JobRecord, workflow: dict[str, Any] | None = None
+            ) -> dict[str, Any]:
+    """What the job page shows beyond the entry's own properties: its unique lock read now,
+    and its workflow (from ``workflow``, the payload fields naming it; the entry's own
+    payload when not given)."""
     item = entry.item
     args = item.get("args")
+    flow = workflows.job_flow(request, entry.jid, item if workflow is None else workflow)
+    linked = {name for name, shown in ((batches.FIELD, flow.bid), (canvas.FIELD, flow.chain_id))
+              if shown and item.get(name) == shown}  # its own row links it
     return {
         "args": [pretty(arg) for arg in args] if isinstance(args, list) else [],
         "times": [(name, entry.time(name)) for name in TIMES if name in item],
         "others": [(name, pretty(value), isinstance(value, dict | list))
-                   for name, value in item.items() if name not in SHOWN_ELSEWHERE],
+                   for name, value in item.items()
+                   if name not in SHOWN_ELSEWHERE and name not in linked],
         "payload": pretty(item) if item else "",
         "raw_text": "" if item else entry.raw.decode("utf-8", "backslashreplace"),
         "raw_size": len(entry.raw),
         "lock": unique_lock(request, item),
+        "flow": flow,
     }
 
 
@@ -161,10 +173,24 @@ def by_jid(request: Request) -> Response:
     places = [place_row(place, now) for place in found.places]
     if not places:
         return render(request, "job.html", status=404, spec=None, jid=jid, places=[],
-                      entry=None, problem="")
+                      entry=None, problem="", flow=workflows.job_flow(request, jid, {}))
     first = found.places[0].job
     return render(request, "job.html", spec=None, jid=jid, places=places, entry=first,
-                  problem="", **details(request, first))
+                  problem="", **details(request, first, workflow_fields(found.places)))
+
+
+WORKFLOW_FIELDS = (batches.FIELD, canvas.FIELD, canvas.STEP)
+
+
+def workflow_fields(places: list[Place]) -> dict[str, Any]:
+    """The payload fields naming the job's workflow, each from the first place whose job
+    has it (a job found in two places is usually the same payload)."""
+    found: dict[str, Any] = {}
+    for place in places:
+        for name in WORKFLOW_FIELDS:
+            if name not in found and name in place.job.item:
+                found[name] = place.job.item[name]
+    return found
 
 
 def place_row(place: Place, now: float) -> PlaceRow:
