@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import hashlib
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -362,7 +363,7 @@ def read(client: clients.Client, bids: list[str]) -> list[BatchStatus]:
         if not isinstance(record, dict) or not record:
             continue
         fields = {text(k): text(v) for k, v in record.items()}
-        total = int(_number(fields.get("total")))
+        total = _count(fields.get("total"))
         # a set of another type counts nothing (workflow.lua leaves such a batch alone)
         statuses.append(_status(bid, fields, pending if isinstance(pending, int) else total,
                                 failed if isinstance(failed, int) else 0))
@@ -372,7 +373,7 @@ def read(client: clients.Client, bids: list[str]) -> list[BatchStatus]:
 def _status(bid: str, record: dict[str, str], pending: int, failed: int) -> BatchStatus:
     fired = {event: _number(record.get(f"{event}_at")) for event in EVENTS
              if f"{event}_at" in record}
-    return BatchStatus(bid, record.get("description", ""), int(_number(record.get("total"))),
+    return BatchStatus(bid, record.get("description", ""), _count(record.get("total")),
                        pending, failed, _number(record.get("created_at")) or None,
                        record.get("parent"), {k: v for k, v in fired.items()},
                        {event: record[f"cbjid:{event}"] for event in EVENTS
@@ -380,10 +381,18 @@ def _status(bid: str, record: dict[str, str], pending: int, failed: int) -> Batc
 
 
 def _number(text: str | None) -> float:
+    """A field as a finite number (0.0 for none, or anything else)."""
     try:
-        return float(text) if text is not None else 0.0
+        value = float(text) if text is not None else 0.0
     except ValueError:
         return 0.0
+    return value if math.isfinite(value) else 0.0
+
+
+def _count(text: str | None) -> int:
+    """A field as a count (0 for anything that is none)."""
+    value = _number(text)
+    return int(value) if 0 <= value < 2**63 else 0
 
 
 

@@ -183,7 +183,7 @@ def chain_status(cid: str, *, client: clients.Client | None = None) -> ChainStat
     record = {text(k): text(v) for k, v in found.items()} if isinstance(found, dict) else {}
     if not record:
         return None
-    count = _int(record.get("n"))
+    count = min(_int(record.get("n")), len(record))  # each step has fields: n is bounded
     steps = [(record.get(f"class:{i}", "?"), record.get(f"jid:{i}", "")) for i in
              range(1, count + 1)]
     failed = _int(record.get("failed_step")) or None

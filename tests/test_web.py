@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import redis
 
+import forkq
 from forkq import cron, keys, limiter, unique
 from forkq.client import Client
 from forkq.config import Config
@@ -467,12 +468,15 @@ def test_every_page_and_button_works_as_the_documented_least_privilege_acl_user(
         gated = Client(url=url).push({"class": "Patient", "args": [60]})
         for n in range(3):
             Client(url=url).push({"class": "Record", "args": [n], "queue": "mail"})
+        with forkq.batch(client=Client(url=url)) as batch:
+            Client(url=url).push({"class": "Record", "args": ["b"], "queue": "mail"})
         entries = cron.read_entries([{"name": "n", "cron": "0 3 * * *", "class": "Record"}])
         with serve(make_app(url, auth=Auth(), allow_anonymous=True, periodic=entries)) as base:
             browser = Browser(base)
             until(lambda: f'data-jid="{gated}"' in browser.get("/busy").body, 30, d.log)
             for path in ("/", "/busy", "/queues", "/queues/mail", "/periodic", "/metrics/jobs",
-                         "/metrics", "/flow", f"/job/{gated}"):
+                         "/metrics", "/flow", f"/job/{gated}", "/batches",
+                         f"/batch/{batch.bid}"):
                 page = browser.get(path)
                 assert page.status == 200, (path, page.body[-3000:])
                 assert 'id="damaged-keys"' not in page.body, (path, page.body[-3000:])

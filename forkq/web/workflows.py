@@ -51,7 +51,7 @@ def percent(done: float, total: float) -> int:
 @dataclass(frozen=True)
 class BatchRow:
     """One batch as the pages show it; ``damaged``: its pending or failed set is of another
-    type, so its counts read as 0."""
+    type, so its counts are not to be trusted (none of its members counts as succeeded)."""
 
     status: batches.BatchStatus
     damaged: bool = False
@@ -85,9 +85,7 @@ def _damaged_bids(request: Request, bids: list[str]) -> tuple[set[str], set[str]
 
 def recent(request: Request, limit: int = BATCHES_SHOWN) -> list[BatchRow]:
     """The newest ``limit`` batches, newest first (:func:`forkq.batches.recent`). Their keys
-    are type-checked first, so a batch of another type is named (``recent`` skips it); when
-    a record's total is no finite number (``recent`` raises), they are read one by one and
-    that one is named."""
+    are type-checked first, so a batch of another type is named (``recent`` skips it)."""
     if damage.check(request, {keys.BATCHES: "zset"}):
         return []
 
@@ -100,24 +98,9 @@ def recent(request: Request, limit: int = BATCHES_SHOWN) -> list[BatchRow]:
     _, broken_sets = _damaged_bids(request, bids)
     client = Client(request.redis)
     none: list[batches.BatchStatus] = []
-    try:
-        found = damage.guarded(request, lambda: batches.recent(client, limit), none,
-                               f"key {keys.BATCHES!r}")
-    except (OverflowError, ValueError):  # a record's number is none: read them one by one
-        found = [status for status, _ in (read(request, bid) for bid in reversed(bids))
-                 if status is not None]
+    found = damage.guarded(request, lambda: batches.recent(client, limit), none,
+                           f"key {keys.BATCHES!r}")
     return [BatchRow(status, status.bid in broken_sets) for status in found]
-
-
-def read(request: Request, bid: str) -> tuple[batches.BatchStatus | None, str]:
-    """:func:`forkq.batches.status` of ``bid`` (None when there is none), or why it cannot
-    be read: its record holds a total :mod:`forkq.batches` cannot take (``inf``; named)."""
-    try:
-        return batches.status(bid, client=Client(request.redis)), ""
-    except (OverflowError, ValueError):
-        problem = f"the record {keys.batch(bid)!r} holds a total that is no finite number"
-        damage.note(request, f"{problem}: the batch cannot be read")
-        return None, problem
 
 
 @dataclass(frozen=True)
@@ -154,7 +137,7 @@ class Member:
 @dataclass(frozen=True)
 class BatchPage:
     """What ``/batch/<bid>`` shows. ``problem``: why the batch's record cannot be read (of
-    another type, or a total that is no finite number); ``row`` None and no problem: there
+    another type); ``row`` None and no problem: there
     is no such batch."""
 
     bid: str
@@ -177,9 +160,9 @@ def batch_page(request: Request, bid: str, limit: int = MEMBERS_SHOWN) -> BatchP
         return BatchPage(bid, None, f"the record {keys.batch(bid)!r} is not a hash: the "
                                     "batch cannot be read")
     client = Client(request.redis)
-    status, problem = read(request, bid)
+    status = batches.status(bid, client=client)
     if status is None:
-        return BatchPage(bid, None, f"{problem}: the batch cannot be read" if problem else "")
+        return BatchPage(bid, None, "")
     empty = batches.Members([], [], False)
     found = damage.guarded(request, lambda: batches.members(client, bid, limit), empty,
                            f"the members of batch {bid!r}")
@@ -353,8 +336,8 @@ def batch_row(request: Request, bid: str) -> tuple[BatchRow | None, bool]:
     broken_record, broken_sets = _damaged_bids(request, [bid])
     if broken_record:
         return None, True
-    status, problem = read(request, bid)
-    return (BatchRow(status, bid in broken_sets) if status else None), bool(problem)
+    status = batches.status(bid, client=Client(request.redis))
+    return (BatchRow(status, bid in broken_sets) if status else None), False
 
 
 def _name(value: Any) -> str:
