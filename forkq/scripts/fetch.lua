@@ -75,11 +75,13 @@ end
 local acked = tonumber(ARGV[6])
 if ARGV[1] ~= "" and redis.call("LINDEX", KEYS[1], 2 * acked - 1) == ARGV[1] then
   local done = redis.call("LPOP", KEYS[1], 2 * acked)
+  local jobs = {}
   for i = 2, #done, 2 do
     release_unique(done[i])  -- a unique job's lock goes with its success
     release_slot(done[i])  -- a concurrency slot too, to the next job of its line
-    workflow_done(done[i], i == #done and ARGV[7] ~= "" and ARGV[7] or nil)  -- batch, chain
+    jobs[#jobs + 1] = done[i]
   end
+  workflow_done(jobs, ARGV[7] ~= "" and ARGV[7] or nil)  -- their batches, their chains
   try("INCRBY", KEYS[2], acked)
   try("INCRBY", KEYS[3], acked)
   try("EXPIRE", KEYS[3], ARGV[3])

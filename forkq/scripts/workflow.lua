@@ -135,26 +135,27 @@ local function settle(bid, pending, failed)
   if pending == 0 and fire(bid, "success") then
     linger(meta, ":pending", ":failed", ":results", ":order")
     if parent then
-      member_succeeded(parent, bid, nil)
+      member_succeeded(parent, {bid}, nil)
     end
   end
 end
 
--- `member` of batch `bid` succeeded (returning `value`, JSON, or nil): counted once, when
--- it leaves the pending set (a set of another type counts nothing). While members that
--- have not failed are pending, this is three commands: SREM, SCARD, SCARD.
-member_succeeded = function(bid, member, value)
+-- `members` (a list) of batch `bid` succeeded; a lone member returned `value` (JSON, or
+-- nil). Each counts once, when it leaves the pending set (a set of another type counts
+-- nothing). While members that have not failed are pending, this is three commands for all
+-- of them: SREM, SCARD, SCARD.
+member_succeeded = function(bid, members, value)
   local meta = batch_key(bid)
-  if redis.pcall("SREM", meta .. ":pending", member) ~= 1 then
+  local removed = redis.pcall("SREM", meta .. ":pending", unpack(members))
+  if type(removed) ~= "number" or removed == 0 then
     return
   end
   local failed = redis.pcall("SCARD", meta .. ":failed")
-  if type(failed) == "number" and failed > 0
-      and redis.call("SREM", meta .. ":failed", member) == 1 then
-    failed = failed - 1
+  if type(failed) == "number" and failed > 0 then
+    failed = failed - redis.call("SREM", meta .. ":failed", unpack(members))
   end
   if value and redis.pcall("HGET", meta, "chord") == "1" then
-    try("HSET", meta .. ":results", member, value)
+    try("HSET", meta .. ":results", members[1], value)
   end
   settle(bid, redis.pcall("SCARD", meta .. ":pending"), failed)
 end
@@ -213,7 +214,7 @@ local function step_succeeded(payload, value)
   linger(key)
   local bid = redis.call("HGET", key, "bid")
   if bid and redis.call("HGET", key, "state") == "succeeded" then
-    member_succeeded(bid, cid, value)
+    member_succeeded(bid, {cid}, value)
   elseif bid then
     member_failed(bid, cid, true)
   end
@@ -239,16 +240,31 @@ local function workflow_of(job)
   return naming(job, "bid") or naming(job, "chain")
 end
 
--- `job` ran to its end and is acknowledged; `value`: what it returned (JSON), or nil.
-local function workflow_done(job, value)
-  local payload = workflow_of(job)
-  if not payload then
-    return
+-- `jobs` (a list), acknowledged together, ran to their end; the last returned `value`
+-- (JSON), or nil. The jobs of one batch among them are counted together (one SREM), after
+-- the chains' next steps are pushed.
+local function workflow_done(jobs, value)
+  local members, bids = {}, {}  -- bid -> its jids here; the bids in order
+  for i, job in ipairs(jobs) do
+    local payload = workflow_of(job)
+    if payload then
+      local bid, jid = payload["bid"], payload["jid"]
+      local carried = i == #jobs and value or nil
+      if type(bid) == "string" and type(jid) == "string" and carried then
+        member_succeeded(bid, {jid}, carried)  -- a chord's member: its value is kept
+      elseif type(bid) == "string" and type(jid) == "string" then
+        if not members[bid] then
+          members[bid] = {}
+          bids[#bids + 1] = bid
+        end
+        table.insert(members[bid], jid)
+      end
+      step_succeeded(payload, carried)
+    end
   end
-  if type(payload["bid"]) == "string" and type(payload["jid"]) == "string" then
-    member_succeeded(payload["bid"], payload["jid"], value)
+  for _, bid in ipairs(bids) do
+    member_succeeded(bid, members[bid], nil)
   end
-  step_succeeded(payload, value)
 end
 
 -- `job` failed; `dead`: it will not run again (dead set, or dropped).
