@@ -15,7 +15,8 @@ member of its parent, committed with it; a child that completes with failures co
 failure of its parent, its success as a success. ``forkq.batch(bid)`` **reopens** a batch to
 add jobs: from a job of that batch (which keeps the batch from completing until it
 returns) it is always safe; jobs added to a batch that has already succeeded run, but fire
-nothing again.
+nothing again. A reopened batch is committed when its own block ends, also inside another
+batch's block (it is nobody's child).
 
 Events, each fired once, in the same Lua step that acknowledges or files the job that
 causes it (workflow.lua; never from the client):
@@ -98,8 +99,8 @@ class Batch:
     # -- the block -----------------------------------------------------------------------
 
     def __enter__(self) -> Batch:
-        outer = clients.OPEN_BATCH.get()
-        self._parent = outer if isinstance(outer, Batch) else None
+        outer = clients.OPEN_BATCH.get()  # a reopened batch is nobody's child: it commits
+        self._parent = outer if isinstance(outer, Batch) and not self.reopened else None
         self._token = clients.OPEN_BATCH.set(self)
         return self
 

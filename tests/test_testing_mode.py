@@ -725,3 +725,18 @@ def test_progress_lands_in_the_mode() -> None:
     with inline() as mode:
         jid = counting.perform_async()
     assert mode.progress[str(jid)]["done"] == 3 and mode.progress[str(jid)]["note"] == "almost"
+
+
+def test_a_batch_reopened_inside_another_block_is_no_child_of_it() -> None:
+    with inline():
+        with forkq.batch(on_success=report.s("first")) as first:
+            pass  # empty: succeeded at once
+        with forkq.batch(on_success=report.s("outer")) as outer:
+            with forkq.batch(first.bid):
+                double.perform_async(5)
+            double.perform_async(6)
+        status = forkq.batch_status(outer.bid)
+        assert status is not None and status.total == 1 and status.success
+        again = forkq.batch_status(first.bid)
+        assert again is not None and again.total == 1
+    assert [tag for tag, _ in done if tag in ("first", "outer")] == ["first", "outer"]
