@@ -183,16 +183,17 @@ def chain_status(cid: str, *, client: clients.Client | None = None) -> ChainStat
     record = {text(k): text(v) for k, v in found.items()} if isinstance(found, dict) else {}
     if not record:
         return None
-    count = min(_int(record.get("n")), len(record))  # each step has fields: n is bounded
+    count = min(whole(record.get("n")), len(record))  # each step has fields: n is bounded
     steps = [(record.get(f"class:{i}", "?"), record.get(f"jid:{i}", "")) for i in
              range(1, count + 1)]
-    failed = _int(record.get("failed_step")) or None
-    return ChainStatus(cid, record.get("state", "running"), _int(record.get("step")), steps,
+    failed = whole(record.get("failed_step")) or None
+    return ChainStatus(cid, record.get("state", "running"), whole(record.get("step")), steps,
                        failed, record.get("bid"))
 
 
-def _int(value: str | None) -> int:
+def whole(value: bytes | str | None) -> int:
+    """A record's field as a whole number (0 for none, or anything else)."""
     try:
-        return int(value) if value is not None else 0
+        return int(text(value)) if value is not None else 0
     except ValueError:
         return 0

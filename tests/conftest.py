@@ -41,6 +41,7 @@ import psutil
 import pytest
 import redis
 
+from forkq import client as clients
 from forkq import scripts
 from forkq.client import Client
 from forkq.embedded import EmbeddedServer, find_binary
@@ -124,6 +125,16 @@ def r(server: EmbeddedServer) -> Iterator[redis.Redis]:
     client.flushall()
     yield client
     client.close()
+
+
+@pytest.fixture
+def default_client(r: redis.Redis) -> Iterator[Client]:
+    """A client on the session server, the default one for the test (``perform_async``,
+    ``forkq.result``, a batch's commit), unset again after it."""
+    client = Client(r)
+    clients.configure(client)
+    yield client
+    clients.configure(None)
 
 
 class Daemon(DaemonProcess):

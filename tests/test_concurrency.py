@@ -29,15 +29,6 @@ SLOTS = concurrency.slots_key("limited", "a")
 LINE = concurrency.blocked_key("limited", "a")
 
 
-@pytest.fixture
-def default_client(r: redis.Redis) -> Client:
-    from forkq import client as clients
-
-    client = Client(r)
-    clients.configure(client)
-    return client
-
-
 def _started(r: redis.Redis) -> list[dict[str, Any]]:
     return records(r, "test:started")
 

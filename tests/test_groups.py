@@ -23,15 +23,6 @@ ROTATION = groups.rotation_key("tenants")
 CONFIG = "concurrency: {c}\nrequire: jobs\nqueues: [tenants]\nlog_level: warning\n"
 
 
-@pytest.fixture
-def default_client(r: redis.Redis) -> Client:
-    from forkq import client as clients
-
-    client = Client(r)
-    clients.configure(client)
-    return client
-
-
 def _index_keys(r: redis.Redis) -> list[bytes]:
     return sorted(r.keys("forkq:group*"))
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
 import forkq
-from forkq import client as clients
 from forkq import keys
 from forkq.client import Client
 
@@ -20,15 +18,6 @@ from . import jobs
 from .conftest import until
 
 APP = "concurrency: 1\nrequire: jobs\n"
-
-
-@pytest.fixture
-def default_client(r: redis.Redis) -> Iterator[Client]:
-    """``perform_async`` and ``forkq.result`` use the session server in this test."""
-    client = Client(r)
-    clients.configure(client)
-    yield client
-    clients.configure(None)
 
 
 def test_a_job_s_return_value_is_waited_for_on_the_server(

@@ -20,7 +20,6 @@ import pytest
 import redis
 
 import forkq
-from forkq import client as clients
 from forkq import keys
 from forkq.canvas import ChainStatus
 from forkq.client import Client
@@ -50,12 +49,9 @@ def web(server: EmbeddedServer) -> Iterator[Callable[..., Browser]]:
 
 
 @pytest.fixture
-def client(r: redis.Redis) -> Iterator[Client]:
-    """A client on the session server, the default one for the test (``perform_async``)."""
-    made = Client(r)
-    clients.configure(made)
-    yield made
-    clients.configure(None)
+def client(default_client: Client) -> Client:
+    """The default client of the test (tests/conftest.py)."""
+    return default_client
 
 
 def _parked(n: int) -> str:

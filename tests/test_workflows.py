@@ -17,20 +17,12 @@ import redis
 
 import forkq
 from forkq import Client
-from forkq import client as clients
 from forkq.daemon.child_process import QUICK_DEATH
 
 from . import flows
 from .conftest import holding, records, until
 
 CONFIG = "concurrency: 4\nrequire: flows\nlog_level: warning\n"
-
-
-@pytest.fixture
-def default_client(r: redis.Redis) -> Client:
-    client = Client(r)
-    clients.configure(client)
-    return client
 
 
 def _callbacks(r: redis.Redis, tag: str | None = None) -> list[dict[str, Any]]:

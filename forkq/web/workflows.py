@@ -190,7 +190,8 @@ def member_kinds(request: Request, names: list[str]) -> dict[str, Member]:
         if exists == 1:
             members[name] = Member(name, "batch")
         elif isinstance(chain, list) and chain[0] is not None:
-            chains[name] = (_int(chain[0]), _int(chain[1]), text(chain[2] or b"running"))
+            chains[name] = (canvas.whole(chain[0]), canvas.whole(chain[1]),
+                            text(chain[2] or b"running"))
         else:
             _note_refusal(request, chain, keys.chain(name), "hash")
             members[name] = Member(name, "job")
@@ -220,13 +221,6 @@ def _note_refusal(request: Request, reply: Any, key: str, kind: str) -> None:
         damage.note(request, f"key {key!r} is not a {kind}: read as empty")
     elif isinstance(reply, Exception):
         raise reply
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(text(value)) if value is not None else 0
-    except ValueError:
-        return 0
 
 
 # --- a job's workflow: its batch, its chain, its progress ------------------------------------
@@ -318,7 +312,7 @@ def _steps_exist(request: Request, cid: str) -> bool:
     whose ``n`` another program made huge would have :func:`forkq.canvas.chain_status`
     build that many steps. Named in the notice when not."""
     key = keys.chain(cid)
-    count = _int(damage.guarded(request, lambda: request.redis.hget(key, "n"), None,
+    count = canvas.whole(damage.guarded(request, lambda: request.redis.hget(key, "n"), None,
                                 f"key {key!r}"))
     if count <= 0:
         return True  # gone, or no steps: chain_status says so
