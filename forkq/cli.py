@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from forkq import __version__, config
+from forkq import __version__, config, durability
 from forkq.connection import connect
 from forkq.daemon import logs
 from forkq.errors import (
@@ -300,7 +300,7 @@ def _web(args: argparse.Namespace) -> int:
     from forkq.web import host_guard, security, server
 
     settings = config.load(args, os.environ)
-    logs.configure(settings.log_level)  # the daemon's line format (stderr; journald-aware)
+    logs.configure(settings.log_level, log_format=settings.log_format)  # the daemon's lines
     logs.set_role("web")
     auth = security.Auth.from_environ(os.environ, admin_file=args.password_file,
                                       readonly_file=args.readonly_password_file)
@@ -435,8 +435,13 @@ def _run(args: argparse.Namespace) -> int:
     from forkq.registry import REGISTRY
 
     settings = config.load(args, os.environ)
-    logs.configure(settings.log_level, settings.log_file)
+    logs.configure(settings.log_level, settings.log_file, settings.log_format)
     config.import_required(settings)
+    if settings.opentelemetry:  # after the app set its tracer provider, before any fork
+        from forkq import opentelemetry
+
+        opentelemetry.instrument()
+    durability.configure(settings.durability)  # the processors' durable=True pushes
     cron.check_jobs(settings, REGISTRY)
     return Supervisor(settings, registry=REGISTRY, middleware=SERVER,
                       reload=lambda: config.load(args, os.environ)).run()

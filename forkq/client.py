@@ -37,9 +37,10 @@ from typing import Any, NamedTuple, Protocol
 
 import redis
 
-from forkq import concurrency, groups, keys, scripts, unique
+from forkq import concurrency, durability, groups, keys, scripts, unique
 from forkq import payload as payloads
 from forkq.connection import KeptConnections, MasterLost, connect, round_trip
+from forkq.durability import Durability
 from forkq.errors import EnqueueError
 from forkq.middleware import CLIENT, ClientChain, current_job
 
@@ -49,7 +50,7 @@ _RELATIVE_LIMIT = 1_000_000_000
 class Diversion(Protocol):
     """What takes the place of Redis while a testing mode is on (see :func:`divert`)."""
 
-    def push(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> set[str]:
+    def push(self, jobs: list[Job], now: float) -> set[str]:
         """Take the jobs of one push: each a payload (client middleware done, not yet
         encoded) and its ``at`` (None: now); the jids of the unique jobs it dropped."""
 
@@ -86,7 +87,7 @@ class BatchTaker(Protocol):
     """An open ``with forkq.batch()`` block (:mod:`forkq.batches`): it takes the jobs pushed
     inside it, to push them with the batch when the block ends."""
 
-    def take(self, client: Client, jobs: list[tuple[payloads.Payload, float | None]]) -> None:
+    def take(self, client: Client, jobs: list[Job]) -> None:
         """Keep ``jobs`` (payloads not yet encoded, and their ``at``) for the batch."""
 
 
@@ -115,7 +116,125 @@ def at_epoch(value: float) -> float:
     return time.time() + value if value < _RELATIVE_LIMIT else float(value)
 
 
-class Client:
+Job = tuple[payloads.Payload, float | None]
+"""A job of a push: its payload (client middleware done, not yet encoded) and its ``at``
+(None: now)."""
+
+
+def load_push() -> list[tuple[Any, ...]]:
+    """The command that loads push.lua on a server that refused its EVALSHA with NOSCRIPT."""
+    return [("SCRIPT", "LOAD", scripts.source("push"))]
+
+
+class PushSteps:
+    """The I/O-free steps of a push, shared by :class:`Client` and :class:`forkq.aio.Client`
+    so that both send the same bytes and raise the same errors: each client only sends the
+    commands these steps plan (:meth:`commands`) and hands the replies back
+    (:func:`dropped_by`, :func:`check_results`, :func:`failed_push`)."""
+
+    middleware: ClientChain
+
+    def _prepare(self, fields: _Fields, args: Any, now: float,
+                 jid: str | None = None) -> payloads.Payload | None:
+        """The payload to push, or None when a middleware stopped it.
+
+        Middleware only ever sees JSON-native payloads (as in Sidekiq, which checks
+        before its middleware); with no middleware the check is left to the one encode
+        in :meth:`commands`, which still comes before any I/O."""
+        payload = _build(fields, args, now, jid)
+        if not self.middleware:
+            return payload
+        payloads.check(payload)
+        return self.middleware.run(payload, lambda: payload)
+
+    def prepare(self, item: Mapping[str, Any], now: float) -> payloads.Payload | None:
+        """The payload :meth:`Client.push` would push for ``item`` (client middleware run), or
+        None when a middleware stopped it: encoded later (a batch's job, a template)."""
+        return self._prepare(_fields(item), item.get("args"), now)
+
+    def _job(self, item: Mapping[str, Any], now: float) -> Job | None:
+        """The job of a ``push`` of ``item``, or None when a middleware stopped it
+        (:meth:`Client.push` inlines this, its hot path)."""
+        payload = self._prepare(_fields(item), item.get("args"), now)
+        return None if payload is None else (payload, _at(item.get("at")))
+
+    def _bulk(self, item: Mapping[str, Any], now: float) -> tuple[list[Job], Encoded | None]:
+        """The jobs of a ``push_bulk`` of ``item`` (those no middleware stopped); or, in the
+        common case (fresh jids, no ``at``, no middleware, batch block, testing mode, unique,
+        expiry or group), no jobs but the commands that push them all, their shared fields
+        encoded once. TypeError/ValueError for bad arguments."""
+        arg_lists = item.get("args")
+        if not isinstance(arg_lists, Sequence) or isinstance(arg_lists, (str, bytes)):
+            raise TypeError("push_bulk: 'args' must be a list of argument lists")
+        ats = item.get("at")
+        if isinstance(ats, Sequence) and len(ats) != len(arg_lists):
+            raise ValueError("push_bulk: 'at' must have one entry per job")
+        fields = _fields(item)
+        jids = payloads.new_jids(len(arg_lists)) if fields.jid is None else None
+        if (jids is not None and ats is None and not self.middleware and _diversion is None
+                and OPEN_BATCH.get() is None and unique.FOR not in fields.extra
+                and "expires_in" not in fields.extra and groups.FIELD not in fields.extra):
+            return [], _encoded_now(fields, arg_lists, jids, now)
+        jobs: list[Job] = []
+        for index, args in enumerate(arg_lists):
+            payload = self._prepare(fields, args, now, None if jids is None else jids[index])
+            if payload is not None:
+                jobs.append((payload, _at(ats[index] if isinstance(ats, Sequence) else ats)))
+        return jobs, None
+
+    def _elsewhere(self, jobs: list[Job], now: float) -> set[str] | None:
+        """Stamp the jobs' expiry; then, when they go anywhere but Redis (none at all, a
+        ``with forkq.batch()`` block, a testing mode: :func:`divert`), take them there and
+        return the jids of the unique jobs dropped; None: they are to be sent."""
+        if not jobs:
+            return set()
+        for payload, at in jobs:
+            payloads.stamp_expiry(payload, at, now)
+        taker = OPEN_BATCH.get()
+        if taker is not None:
+            assert isinstance(self, Client)  # the asyncio client refuses a batch block first
+            taker.take(self, jobs)
+            return set()
+        if _diversion is not None:
+            return _diversion.push(jobs, now)
+        return None
+
+    def commands(self, jobs: list[Job], now: float, *,
+                 bid: str = "") -> tuple[list[tuple[Any, ...]], list[list[str]]]:
+        """The commands that push ``jobs`` (see :meth:`Client._send`) and the jids each
+        carries ([] for the ``queues`` index). With ``bid``, a job pushed by push.lua joins
+        that batch as it is pushed; the caller registers the others (:mod:`forkq.batches`).
+        Each payload is encoded here (TypeError/ValueError for a value JSON cannot carry)."""
+        commands: list[tuple[Any, ...]] = []
+        carried: list[list[str]] = []
+        immediate: dict[str, list[payloads.Payload]] = {}
+        for payload, at in jobs:
+            if unique.FOR in payload or groups.FIELD in payload:
+                commands.append(_script_push(payload, at, now, bid))
+                carried.append([payload["jid"]])
+            elif at is not None and at > now:
+                commands.append(("ZADD", keys.SCHEDULE, at, payloads.encode_bytes(payload)))
+                carried.append([payload["jid"]])
+            else:
+                payload["enqueued_at"] = now
+                immediate.setdefault(payload["queue"], []).append(payload)
+        for queue, batch in immediate.items():
+            commands += [("SADD", keys.QUEUES, queue),
+                         ("LPUSH", keys.QUEUE_PREFIX + queue, *map(payloads.encode_bytes, batch))]
+            carried += [[], [str(payload["jid"]) for payload in batch]]
+        return commands, carried
+
+
+class Encoded(NamedTuple):
+    """The commands of a ``push_bulk`` encoded at once (none for no jobs), the jids each
+    carries, and the jids pushed."""
+
+    commands: list[tuple[Any, ...]]
+    carried: list[list[str]]
+    jids: list[str]
+
+
+class Client(PushSteps):
     """Pushes jobs to one Redis. Safe to share between threads; not across a fork.
 
     A client built from a URL, or with :meth:`keeping`, keeps the connections its pushes
@@ -136,9 +255,9 @@ class Client:
         self._kept: KeptConnections | None = None
         if redis_client is None:
             redis_client = connect(
-                url or _env_url(), embedded_dir=embedded_dir or _env_dir(),
-                socket_timeout=timeout or _env_seconds("FORKQ_CLIENT_TIMEOUT"),
-                connect_timeout=connect_timeout or _env_seconds("FORKQ_CLIENT_CONNECT_TIMEOUT"))
+                url or env_url(), embedded_dir=embedded_dir or env_dir(),
+                socket_timeout=timeout or env_seconds("FORKQ_CLIENT_TIMEOUT"),
+                connect_timeout=connect_timeout or env_seconds("FORKQ_CLIENT_CONNECT_TIMEOUT"))
             self._kept = KeptConnections(redis_client)  # its pool is forkq's: no limit
         self.redis = redis_client
         self.middleware: ClientChain = middleware if middleware is not None else CLIENT
@@ -152,77 +271,36 @@ class Client:
         client._kept = KeptConnections(redis_client)
         return client
 
-    def push(self, item: Mapping[str, Any]) -> str | None:
+    def push(self, item: Mapping[str, Any], *, durable: bool | Durability = False
+             ) -> str | None:
         """Push one job. ``item`` has ``class`` and ``args``, optionally ``queue``, ``retry``,
         ``at``, ``jid`` and any other key (kept in the payload). Returns the jid, or None
         when a client middleware stopped the push or the job is unique (``unique_for``)
-        and an earlier push of it holds its lock (:mod:`forkq.unique`)."""
+        and an earlier push of it holds its lock (:mod:`forkq.unique`). With ``durable``,
+        returns only once replicas or disks confirm it (:mod:`forkq.durability`)."""
         now = time.time()
         payload = self._prepare(_fields(item), item.get("args"), now)
         if payload is None:
             return None
-        dropped = self._send([(payload, _at(item.get("at")))], now)
+        dropped = self._send([(payload, _at(item.get("at")))], now, durability.resolve(durable))
         return None if dropped else str(payload["jid"])
 
-    def push_bulk(self, item: Mapping[str, Any]) -> list[str]:
+    def push_bulk(self, item: Mapping[str, Any], *, durable: bool | Durability = False
+                  ) -> list[str]:
         """Push many jobs of one class in one round trip: ``item["args"]`` is a list of arg
         lists; ``at`` may be one number or one per job. All share ``created_at`` and
         ``enqueued_at``, as in Sidekiq. Returns the jids pushed (without those a middleware
-        stopped or a unique job's lock dropped)."""
-        arg_lists = item.get("args")
-        if not isinstance(arg_lists, Sequence) or isinstance(arg_lists, (str, bytes)):
-            raise TypeError("push_bulk: 'args' must be a list of argument lists")
-        ats = item.get("at")
-        if isinstance(ats, Sequence) and len(ats) != len(arg_lists):
-            raise ValueError("push_bulk: 'at' must have one entry per job")
+        stopped or a unique job's lock dropped). ``durable`` as for :meth:`push`."""
         now = time.time()
-        fields = _fields(item)
-        jids = payloads.new_jids(len(arg_lists)) if fields.jid is None else None
-        if (jids is not None and ats is None and not self.middleware and _diversion is None
-                and OPEN_BATCH.get() is None and unique.FOR not in fields.extra
-                and "expires_in" not in fields.extra and groups.FIELD not in fields.extra):
-            self._push_now(fields, arg_lists, jids, now)  # the common case, encoded at once
-            return jids
-        jobs: list[tuple[payloads.Payload, float | None]] = []
-        for index, args in enumerate(arg_lists):
-            payload = self._prepare(fields, args, now, None if jids is None else jids[index])
-            if payload is not None:
-                jobs.append((payload, _at(ats[index] if isinstance(ats, Sequence) else ats)))
-        dropped = self._send(jobs, now)
-        return [str(payload["jid"]) for payload, _ in jobs if payload["jid"] not in dropped]
+        level = durability.resolve(durable)
+        jobs, encoded = self._bulk(item, now)
+        if encoded is not None:  # the common case, encoded at once
+            if encoded.commands:
+                self._round_trip(encoded.commands, encoded.carried, level)
+            return encoded.jids
+        return pushed(jobs, self._send(jobs, now, level))
 
-    def _prepare(self, fields: _Fields, args: Any, now: float,
-                 jid: str | None = None) -> payloads.Payload | None:
-        """The payload to push, or None when a middleware stopped it.
-
-        Middleware only ever sees JSON-native payloads (as in Sidekiq, which checks
-        before its middleware); with no middleware the check is left to the one encode
-        in :meth:`_send`, which still comes before any I/O."""
-        payload = _build(fields, args, now, jid)
-        if not self.middleware:
-            return payload
-        payloads.check(payload)
-        return self.middleware.run(payload, lambda: payload)
-
-    def _push_now(self, fields: _Fields, arg_lists: Sequence[Any], jids: list[str],
-                  now: float) -> None:
-        """Push jobs of fresh ``jids`` at once, untouched by middleware: what :meth:`_send`
-        would send for their payloads, with the shared fields encoded once."""
-        arg_lists = list(arg_lists)  # any Sequence: a deque cannot be sliced
-        for args in arg_lists:
-            _check_args(args)
-        encoded = payloads.encode_immediate(fields.name, arg_lists, jids, queue=fields.queue,
-                                            retry=fields.retry, options=fields.extra, now=now)
-        if encoded:
-            self._round_trip([("SADD", keys.QUEUES, fields.queue),
-                              ("LPUSH", keys.QUEUE_PREFIX + fields.queue, *encoded)], [[], jids])
-
-    def prepare(self, item: Mapping[str, Any], now: float) -> payloads.Payload | None:
-        """The payload :meth:`push` would push for ``item`` (client middleware run), or None
-        when a middleware stopped it: encoded later (a batch's job, a template)."""
-        return self._prepare(_fields(item), item.get("args"), now)
-
-    def _send(self, jobs: list[tuple[payloads.Payload, float | None]], now: float) -> set[str]:
+    def _send(self, jobs: list[Job], now: float, level: Durability | None = None) -> set[str]:
         """One round trip: ZADD the future jobs; SADD + one LPUSH per queue for the rest;
         a unique job with its lock, a job of a group with its index (push.lua) (inside a
         ``with forkq.batch()`` block, nothing yet: the batch takes them,
@@ -233,68 +311,35 @@ class Client:
         Each payload is encoded once, here, before anything is sent (TypeError/ValueError
         for a value JSON cannot carry). Raises :class:`EnqueueError` unless every job's
         command succeeded (the ``queues`` index is best effort: a job whose LPUSH
-        succeeded is enqueued)."""
-        if not jobs:
-            return set()
-        for payload, at in jobs:
-            payloads.stamp_expiry(payload, at, now)
-        taker = OPEN_BATCH.get()
-        if taker is not None:
-            taker.take(self, jobs)
-            return set()
-        if _diversion is not None:
-            return _diversion.push(jobs, now)
+        succeeded is enqueued). ``level``: see :meth:`_round_trip`."""
+        held = self._elsewhere(jobs, now)
+        if held is not None:
+            return held
         commands, carried = self.commands(jobs, now)
-        results = self._round_trip(commands, carried)
-        return {group[0] for command, group, result in zip(commands, carried, results, strict=True)
-                if command[0] == "EVALSHA" and result == 0}
+        return dropped_by(commands, carried, self._round_trip(commands, carried, level))
 
-    def commands(self, jobs: list[tuple[payloads.Payload, float | None]], now: float, *,
-                 bid: str = "") -> tuple[list[tuple[Any, ...]], list[list[str]]]:
-        """The commands that push ``jobs`` (see :meth:`_send`) and the jids each carries
-        ([] for the ``queues`` index). With ``bid``, a job pushed by push.lua joins that
-        batch as it is pushed; the caller registers the others (:mod:`forkq.batches`)."""
-        commands: list[tuple[Any, ...]] = []
-        carried: list[list[str]] = []
-        immediate: dict[str, list[payloads.Payload]] = {}
-        for payload, at in jobs:
-            if unique.FOR in payload or groups.FIELD in payload:
-                commands.append(_script_push(payload, at, now, bid))
-                carried.append([payload["jid"]])
-            elif at is not None and at > now:
-                commands.append(("ZADD", keys.SCHEDULE, at, payloads.encode_bytes(payload)))
-                carried.append([payload["jid"]])
-            else:
-                payload["enqueued_at"] = now
-                immediate.setdefault(payload["queue"], []).append(payload)
-        for queue, batch in immediate.items():
-            commands += [("SADD", keys.QUEUES, queue),
-                         ("LPUSH", keys.QUEUE_PREFIX + queue, *map(payloads.encode_bytes, batch))]
-            carried += [[], [str(payload["jid"]) for payload in batch]]
-        return commands, carried
-
-    def _round_trip(self, commands: list[tuple[Any, ...]], carried: list[list[str]]
-                    ) -> list[Any]:
+    def _round_trip(self, commands: list[tuple[Any, ...]], carried: list[list[str]],
+                    level: Durability | None = None) -> list[Any]:
         """Send ``commands`` in one write; ``carried`` names the jids each one carries, for
         the :class:`EnqueueError` raised unless every command that carries jobs succeeded.
         A script the server did not know (push.lua) is loaded and its commands sent
-        again: refused with NOSCRIPT, they ran nothing. The replies."""
+        again: refused with NOSCRIPT, they ran nothing. With ``level``, its WAIT follows
+        the pushes (again after a resend) and must confirm them (:mod:`forkq.durability`).
+        The replies of ``commands``."""
+        wait = [level.command()] if level else []
         try:
-            results = self._exchange(commands)
-            unknown = [i for i, result in enumerate(results)
-                       if isinstance(result, redis.exceptions.NoScriptError)]
+            results = self._exchange(commands + wait)
+            confirmed = results.pop() if wait else None
+            unknown = unknown_scripts(results)
             if unknown:
-                self._exchange([("SCRIPT", "LOAD", scripts.source("push"))])
-                again = self._exchange([commands[i] for i in unknown])
-                for i, result in zip(unknown, again, strict=True):
-                    results[i] = result
+                self._exchange(load_push())
+                again = self._exchange([commands[i] for i in unknown] + wait)
+                confirmed = again.pop() if wait else None
+                retried(results, unknown, again)
         except redis.RedisError as exc:
-            jids = [jid for group in carried for jid in group]
-            sent = not _before_sending(exc)
-            raise EnqueueError(f"not enqueued{' (or unknown)' if sent else ''}: {exc}",
-                               enqueued=[], not_enqueued=[] if sent else jids,
-                               unknown=jids if sent else []) from exc
-        _check_results(carried, results)
+            raise failed_push(exc, carried) from exc
+        check_results(carried, results)
+        confirm(level, confirmed, carried)
         return results
 
     def _exchange(self, commands: list[tuple[Any, ...]]) -> list[Any]:
@@ -327,8 +372,65 @@ def push_sha() -> str:
     return hashlib.sha1(scripts.source("push").encode()).hexdigest()
 
 
-def _check_results(carried: list[list[str]], results: list[Any]) -> None:
-    """Raise EnqueueError when Redis refused a command that carries jobs."""
+def _encoded_now(fields: _Fields, arg_lists: Sequence[Any], jids: list[str],
+                 now: float) -> Encoded:
+    """The commands that push jobs of fresh ``jids`` at once, untouched by middleware: what
+    :meth:`PushSteps.commands` would give for their payloads, the shared fields encoded once."""
+    arg_lists = list(arg_lists)  # any Sequence: a deque cannot be sliced
+    for args in arg_lists:
+        _check_args(args)
+    encoded = payloads.encode_immediate(fields.name, arg_lists, jids, queue=fields.queue,
+                                        retry=fields.retry, options=fields.extra, now=now)
+    if not encoded:
+        return Encoded([], [], jids)
+    return Encoded([("SADD", keys.QUEUES, fields.queue),
+                    ("LPUSH", keys.QUEUE_PREFIX + fields.queue, *encoded)], [[], jids], jids)
+
+
+def pushed(jobs: list[Job], dropped: set[str]) -> list[str]:
+    """The jids of ``jobs`` pushed: all but the unique jobs ``dropped``."""
+    return [str(payload["jid"]) for payload, _ in jobs if payload["jid"] not in dropped]
+
+
+def dropped_by(commands: list[tuple[Any, ...]], carried: list[list[str]],
+               results: list[Any]) -> set[str]:
+    """The jids of the unique jobs whose push.lua found their lock taken (replied 0)."""
+    return {group[0] for command, group, result in zip(commands, carried, results, strict=True)
+            if command[0] == "EVALSHA" and result == 0}
+
+
+def unknown_scripts(results: list[Any]) -> list[int]:
+    """The indexes of the commands refused with NOSCRIPT: they ran nothing; send them again
+    after :func:`load_push`."""
+    return [i for i, result in enumerate(results)
+            if isinstance(result, redis.exceptions.NoScriptError)]
+
+
+def retried(results: list[Any], unknown: list[int], again: list[Any]) -> None:
+    """Put the replies ``again`` of the commands ``unknown`` sent again into ``results``."""
+    for i, result in zip(unknown, again, strict=True):
+        results[i] = result
+
+
+def failed_push(exc: redis.RedisError, carried: list[list[str]]) -> EnqueueError:
+    """What a push whose round trip raised ``exc`` tells its caller: every job not enqueued
+    when nothing was sent, else every job's fate unknown."""
+    jids = [jid for group in carried for jid in group]
+    sent = not _before_sending(exc)
+    return EnqueueError(f"not enqueued{' (or unknown)' if sent else ''}: {exc}",
+                        enqueued=[], not_enqueued=[] if sent else jids,
+                        unknown=jids if sent else [])
+
+
+def confirm(level: Durability | None, reply: Any, carried: list[list[str]]) -> None:
+    """EnqueueError unless ``reply`` (the WAIT of ``level``) confirms the jobs ``carried``."""
+    if level is not None:
+        level.check(reply, [jid for group in carried for jid in group])
+
+
+def check_results(carried: list[list[str]], results: list[Any]) -> None:
+    """Raise EnqueueError when Redis refused a command that carries jobs (a command that
+    carries none, ``[]``, is best effort: the ``queues`` index)."""
     refused = [(group, result) for group, result in zip(carried, results, strict=True)
                if group and isinstance(result, Exception)]
     if not refused:
@@ -418,20 +520,23 @@ def _at(value: Any) -> float | None:
     return at_epoch(float(value))
 
 
-def _env_url() -> str:
+def env_url() -> str:
+    """The Redis URL of a client built without one: ``FORKQ_REDIS_URL``, else ``REDIS_URL``,
+    else the local server."""
     return os.environ.get("FORKQ_REDIS_URL") or os.environ.get("REDIS_URL") or (
         "redis://127.0.0.1:6379/0"
     )
 
 
-def _env_dir() -> str:
+def env_dir() -> str:
+    """The embedded server's directory for a client built without one (``FORKQ_EMBEDDED_DIR``)."""
     return os.environ.get("FORKQ_EMBEDDED_DIR", ".forkq")
 
 
 DEFAULT_TIMEOUT = 5.0
 
 
-def _env_seconds(name: str) -> float:
+def env_seconds(name: str) -> float:
     """A positive number of seconds from the environment variable ``name`` (default 5)."""
     text = os.environ.get(name, "")
     if not text:

@@ -41,8 +41,9 @@ from typing import Any, Literal
 import yaml
 from yaml.constructor import SafeConstructor
 
-from forkq import file_modules
+from forkq import durability, file_modules
 from forkq.cron import Periodic, read_entries
+from forkq.durability import Durability
 from forkq.errors import ConfigError
 from forkq.setting_values import (
     BOOL,
@@ -70,6 +71,18 @@ from forkq.setting_values import (
 PERIODIC = Kind("list of periodic jobs", read_entries)
 
 
+def _read_durability(value: object) -> Durability:
+    try:
+        return durability.read(value)
+    except ValueError as exc:
+        raise InvalidError(str(exc)) from None
+
+
+DURABILITY = Kind("durability mapping", _read_durability)
+LOG_FORMATS = ("text", "json")
+"""The values of ``log_format``: :mod:`forkq.daemon.logs` writes a line of text or a JSON object."""
+
+
 @dataclass(frozen=True)
 class Config:
     """A validated, immutable configuration, built by :func:`load`. Equality ignores origins."""
@@ -85,15 +98,19 @@ class Config:
     max_retries: int = 25
     embedded_dir: str = ".forkq"
     log_level: str = "info"
+    log_format: str = "text"
     job_timeout: float = 0.0
     cancel_grace: float = 5.0
     liveness_timeout: float = 30.0
+    host_failover: float = 15.0
     max_memory_mb: int = 0
     max_jobs: int = 0
     fetch_batch: int = 16
     async_concurrency: int = 1
     log_file: str = ""
     pid_file: str = ""
+    opentelemetry: bool = False
+    durability: Durability | None = None
     scheduler: bool = True
     leader_lease_ttl: float = 10.0
     leader_renew_interval: float = 2.0
@@ -184,6 +201,8 @@ SETTINGS: tuple[Setting, ...] = (
             path=True),
     Setting(name="log_level", kind=LOWER, doc=" | ".join(LOG_LEVELS), reload="children",
             flags=("-L", "--log-level"), check=one_of(LOG_LEVELS), metavar="LEVEL"),
+    Setting(name="log_format", kind=LOWER, doc=" | ".join(LOG_FORMATS), reload="restart",
+            flags=("--log-format",), check=one_of(LOG_FORMATS), metavar="FORMAT"),
     Setting(name="job_timeout", kind=FLOAT, reload="master",
             doc="hard limit on one job's run time, seconds; 0 = none", check=at_least(0)),
     Setting(name="cancel_grace", kind=FLOAT, reload="master",
@@ -192,6 +211,10 @@ SETTINGS: tuple[Setting, ...] = (
             flags=("--cancel-grace",), check=at_least(0), metavar="SECONDS"),
     Setting(name="liveness_timeout", kind=FLOAT, reload="master",
             doc="cull a processor whose heartbeat is older, seconds", check=at_least(10)),
+    Setting(name="host_failover", kind=FLOAT, reload="children",
+            doc="the jobs of a daemon whose host stopped, froze or was cut off run again "
+            "elsewhere within this, seconds; a daemon silent for 2/3 of it gives up its jobs",
+            check=at_least(6)),
     Setting(name="max_memory_mb", kind=INT, reload="children",
             doc="recycle a processor above this RSS after its job; 0 = none", check=at_least(0)),
     Setting(name="max_jobs", kind=INT, reload="children",
@@ -207,6 +230,12 @@ SETTINGS: tuple[Setting, ...] = (
             flags=("--logfile",), metavar="PATH", path=True),
     Setting(name="pid_file", kind=STR, doc="write the master's pid to this file",
             reload="restart", flags=("-P", "--pidfile"), metavar="PATH", path=True),
+    Setting(name="opentelemetry", kind=BOOL, reload="restart",
+            doc="trace every job's run with OpenTelemetry (forkq[otel]), through the tracer "
+            "provider the require modules set up"),
+    Setting(name="durability", kind=DURABILITY, reload="restart", env=None,
+            doc="what a push with durable=True waits for: {replicas: N, fsync: BOOL, "
+            "timeout: SECONDS}; default FORKQ_DURABILITY_* (1 replica, 1 s)"),
     Setting(name="scheduler", kind=BOOL, reload="scheduler",
             doc="fork a scheduler that campaigns to lead the cluster's scheduling"),
     Setting(name="leader_lease_ttl", kind=FLOAT, reload="scheduler",

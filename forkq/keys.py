@@ -229,6 +229,27 @@ def beats(identity: str) -> str:
     return f"forkq:beats:{identity}"
 
 
+def alive(identity: str) -> str:
+    """string, TTL 2/3 of ``host_failover``: a daemon's liveness: set by its master, kept by
+    its master and children, never set again by anyone else while it lapsed
+    (:mod:`forkq.daemon.liveness`). Its processors fetch only while it exists; the
+    leader recovers the jobs of a forkq daemon whose key has lapsed."""
+    return f"forkq:alive:{identity}"
+
+
+def recovered(identity: str) -> str:
+    """string (a count), TTL :data:`RECOVERED_TTL` — set when the leader recovered jobs of
+    ``identity`` whose liveness had lapsed: that daemon, if it comes back, holds none of
+    them any more."""
+    return f"forkq:recovered:{identity}"
+
+
+RECOVERED_TTL = 7 * 24 * 3600
+FAILOVER_FIELD = "failover"
+"""The process-hash field by which a forkq daemon says it keeps :func:`alive` (its value:
+the key's TTL in seconds); Sidekiq's readers ignore it."""
+
+
 WAITER_PREFIX = "forkq-wait:"
 """Client names of processors' connections blocked waiting for a job (a BLMOVE): followed by
 the in-flight list they move into."""

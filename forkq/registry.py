@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Generic, ParamSpec, overload
 from forkq import client as _client
 from forkq import concurrency, groups, signature, unique
 from forkq import payload as payloads
+from forkq.durability import Durability
 from forkq.errors import UnknownJobError
 
 P = ParamSpec("P")
@@ -173,24 +174,54 @@ class Enqueue:
         """A copy with other options for the next pushes (``queue=``, ``retry=``...)."""
         return Enqueue(self._name, self._options.merged(**overrides))
 
-    def perform_async(self, *args: Any) -> str | None:
-        """Push now; the jid, or None if a client middleware stopped the push."""
-        return _client.default().push(self._item(args))
+    def perform_async(self, *args: Any, durable: bool | Durability = False) -> str | None:
+        """Push now; the jid, or None if a client middleware stopped the push. With
+        ``durable``, only once replicas or disks confirm it (:mod:`forkq.durability`)."""
+        return _client.default().push(self._item(args), durable=durable)
 
     def s(self, *args: Any, **kwargs: Any) -> signature.Signature:
         """The job with these arguments, not pushed (:mod:`forkq.signature`): a callback of
         a batch, a step of a chain, a member of a group."""
         return signature.signature(self, args, kwargs)
 
-    def perform_in(self, interval: float | dt.timedelta, *args: Any) -> str | None:
+    def perform_in(self, interval: float | dt.timedelta, *args: Any,
+                   durable: bool | Durability = False) -> str | None:
         """Push to run ``interval`` (seconds or timedelta) from now."""
-        seconds = interval.total_seconds() if isinstance(interval, dt.timedelta) else interval
-        return _client.default().push({**self._item(args), "at": _client.at_epoch(seconds)})
+        return _client.default().push(self._item_in(interval, args), durable=durable)
 
-    def perform_at(self, when: float | dt.datetime, *args: Any) -> str | None:
+    def perform_at(self, when: float | dt.datetime, *args: Any,
+                   durable: bool | Durability = False) -> str | None:
         """Push to run at ``when`` (datetime; naive means local time; or epoch seconds)."""
+        return _client.default().push(self._item_at(when, args), durable=durable)
+
+    async def perform_async_aio(self, *args: Any, durable: bool | Durability = False
+                                ) -> str | None:
+        """``perform_async`` through the asyncio client (:func:`forkq.aio.default`)."""
+        from forkq import aio  # loaded by the first asyncio push, not by `import forkq`
+
+        return await aio.default().push(self._item(args), durable=durable)
+
+    async def perform_in_aio(self, interval: float | dt.timedelta, *args: Any,
+                             durable: bool | Durability = False) -> str | None:
+        """``perform_in`` through the asyncio client (:func:`forkq.aio.default`)."""
+        from forkq import aio
+
+        return await aio.default().push(self._item_in(interval, args), durable=durable)
+
+    async def perform_at_aio(self, when: float | dt.datetime, *args: Any,
+                             durable: bool | Durability = False) -> str | None:
+        """``perform_at`` through the asyncio client (:func:`forkq.aio.default`)."""
+        from forkq import aio
+
+        return await aio.default().push(self._item_at(when, args), durable=durable)
+
+    def _item_in(self, interval: float | dt.timedelta, args: tuple[Any, ...]) -> dict[str, Any]:
+        seconds = interval.total_seconds() if isinstance(interval, dt.timedelta) else interval
+        return {**self._item(args), "at": _client.at_epoch(seconds)}
+
+    def _item_at(self, when: float | dt.datetime, args: tuple[Any, ...]) -> dict[str, Any]:
         at = when.timestamp() if isinstance(when, dt.datetime) else _client.at_epoch(when)
-        return _client.default().push({**self._item(args), "at": at})
+        return {**self._item(args), "at": at}
 
     def _item(self, args: tuple[Any, ...]) -> dict[str, Any]:
         item = {
@@ -325,9 +356,9 @@ class Job:
         return Enqueue(cls.job_name, cls.job_options).set(**overrides)
 
     @classmethod
-    def perform_async(cls, *args: Any) -> str | None:
-        """Push now; the jid."""
-        return cls.set().perform_async(*args)
+    def perform_async(cls, *args: Any, durable: bool | Durability = False) -> str | None:
+        """Push now; the jid (``durable``: :mod:`forkq.durability`)."""
+        return cls.set().perform_async(*args, durable=durable)
 
     @classmethod
     def s(cls, *args: Any, **kwargs: Any) -> signature.Signature:
@@ -335,14 +366,34 @@ class Job:
         return cls.set().s(*args, **kwargs)
 
     @classmethod
-    def perform_in(cls, interval: float | dt.timedelta, *args: Any) -> str | None:
+    def perform_in(cls, interval: float | dt.timedelta, *args: Any,
+                   durable: bool | Durability = False) -> str | None:
         """Push to run ``interval`` from now."""
-        return cls.set().perform_in(interval, *args)
+        return cls.set().perform_in(interval, *args, durable=durable)
 
     @classmethod
-    def perform_at(cls, when: float | dt.datetime, *args: Any) -> str | None:
+    def perform_at(cls, when: float | dt.datetime, *args: Any,
+                   durable: bool | Durability = False) -> str | None:
         """Push to run at ``when``."""
-        return cls.set().perform_at(when, *args)
+        return cls.set().perform_at(when, *args, durable=durable)
+
+    @classmethod
+    async def perform_async_aio(cls, *args: Any, durable: bool | Durability = False
+                                ) -> str | None:
+        """Push now through the asyncio client; the jid."""
+        return await cls.set().perform_async_aio(*args, durable=durable)
+
+    @classmethod
+    async def perform_in_aio(cls, interval: float | dt.timedelta, *args: Any,
+                             durable: bool | Durability = False) -> str | None:
+        """Push through the asyncio client to run ``interval`` from now."""
+        return await cls.set().perform_in_aio(interval, *args, durable=durable)
+
+    @classmethod
+    async def perform_at_aio(cls, when: float | dt.datetime, *args: Any,
+                             durable: bool | Durability = False) -> str | None:
+        """Push through the asyncio client to run at ``when``."""
+        return await cls.set().perform_at_aio(when, *args, durable=durable)
 
 
 def _check_extra(extra: dict[str, Any]) -> None:

@@ -649,4 +649,5 @@ def test_every_setting_declares_its_reload_and_variable() -> None:
     derived = [s for s in SETTINGS if s.env == ""]
     assert all(s.variable == f"FORKQ_{s.name.upper()}" for s in derived)
     assert {s.name: s.variable for s in SETTINGS if s.env != ""} == {
-        "periodic": None, "environment": "FORKQ_ENV", "config_file": "FORKQ_CONFIG"}
+        "periodic": None, "durability": None, "environment": "FORKQ_ENV",
+        "config_file": "FORKQ_CONFIG"}  # durability: FORKQ_DURABILITY_* (forkq.durability)

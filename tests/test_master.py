@@ -127,6 +127,8 @@ class FakeStore:
         self.cancels: set[str] = set()  # jids whose cancellation is asked
         self.withdrawn: list[str] = []  # requests the master withdrew
         self.lists: dict[str, list[bytes]] = {}  # in-flight key -> its elements
+        self.alive = False  # the liveness key exists
+        self.recovered = 0  # lists of this daemon the leader took while it lapsed
 
     def _check(self) -> None:
         if self.down:
@@ -169,7 +171,7 @@ class FakeStore:
         self._check()
 
     def write_record(self, *, info: str, busy: dict[str, str], quiet: bool, rss_kb: int,
-                     concurrency: int) -> Beat:
+                     concurrency: int, failover: float) -> Beat:
         self._check()
         self.records += 1
         self.on_record()
@@ -184,6 +186,17 @@ class FakeStore:
 
     def clear(self) -> None:
         self._check()
+
+    def keep_alive(self, ttl_ms: int) -> bool:
+        self._check()
+        return self.alive
+
+    def claim_alive(self, ttl_ms: int, *, restore: bool = False) -> int:
+        self._check()
+        if self.recovered and not restore:
+            return self.recovered
+        self.alive, self.recovered = True, 0
+        return 0
 
     def beat(self, *pids: int, job: dict[str, Any] | None = None) -> None:
         """Each of ``pids`` writes a new heartbeat."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 import signal
 import traceback
@@ -34,7 +35,7 @@ from forkq import __version__
 from forkq import client as clients
 from forkq.config import Config
 from forkq.connection import connect
-from forkq.daemon import logs, pipes
+from forkq.daemon import liveness, logs, pipes
 from forkq.daemon.children.beat_thread import BeatThread
 from forkq.daemon.signals import STOP_SIGNAL, SelfPipe
 from forkq.errors import EXIT_SOFTWARE
@@ -137,7 +138,10 @@ def _run_child(body: Callable[[], int]) -> None:
     try:
         code = body()
     except BaseException:  # noqa: BLE001 - the child's process boundary
-        traceback.print_exc()
+        try:  # through the log's format (a JSON log stays one object per line)
+            logging.getLogger(__name__).exception("the child ended on an exception")
+        except BaseException:  # noqa: BLE001 - logging itself broke: the raw traceback
+            traceback.print_exc()
     finally:
         os._exit(code)
 
@@ -197,7 +201,8 @@ def start_beat(config: Config, identity: str, master_pid: int) -> BeatThread:
     master blocked around fork: every handler is in place now."""
     beat = BeatThread(connect(config.redis_url, embedded_dir=config.embedded_dir,
                               socket_timeout=2),
-                      identity, os.getpid(), master_pid=master_pid, orphan_grace=config.timeout)
+                      identity, os.getpid(), master_pid=master_pid, orphan_grace=config.timeout,
+                      alive_ttl=liveness.ttl(config))
     beat.start()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED)
     return beat

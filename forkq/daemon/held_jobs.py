@@ -145,9 +145,11 @@ def give_back(client: redis.Redis, inflight_key: str, held: Held, *, count: bool
         # key pattern: name a key the script declares anyway
         keys=[keys.LEADER, inflight_key, keys.INFLIGHT_REGISTRY, owner or keys.LEADER,
               keys.beats(owner),
-              keys.kills(jid), keys.DEAD, keys.CANCELS],
+              keys.kills(jid), keys.DEAD, keys.CANCELS, keys.alive(owner),
+              keys.recovered(owner)],
         args=[token or "", held.job or b"", mode, KILL_LIMIT, entry, keys.KILLS_TTL, repr(now),
-              repr(now - keys.DEAD_TIMEOUT), keys.DEAD_MAX_JOBS, held.length, withdraw])
+              repr(now - keys.DEAD_TIMEOUT), keys.DEAD_MAX_JOBS, held.length, withdraw,
+              keys.RECOVERED_TTL])
     if isinstance(result, int):
         raise FencedError(result)
     outcome, deaths = result

@@ -20,6 +20,14 @@ its own), so it begins in the application; frames of forkq that the application 
 ``perform_async`` that failed) stay, and so does every frame when no application frame is
 in it. ``log_level: debug`` keeps every frame.
 
+With ``log_format: json`` (:func:`configure`) each event is instead ONE JSON object on one
+line (:class:`_JsonFormatter`): ``time`` (ISO 8601, UTC), ``level``, ``role``, ``pid``,
+``logger``, ``message``, and the fields a line about a job carries (:data:`JOB_FIELDS`,
+given as ``extra=`` by the processor); a traceback is the ``exc_info`` string field and a
+TTIN dump's newlines stay inside ``message``. JSON's encoder does the escaping there (every
+character outside ASCII too), so the text format's escapes are not applied and a line can
+never be split; the time is always written, journald or not.
+
 Whatever a job does to its process's stderr (closes ``sys.stderr`` or fd 2), the daemon's
 lines go on: they are written to a copy of fd 2 made at :func:`configure`, and a line that
 cannot be written is dropped rather than raised into the code that logged.
@@ -28,6 +36,7 @@ cannot be written is dropped rather than raised into the code that logged.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -37,6 +46,7 @@ from collections.abc import Mapping
 from types import FrameType, MappingProxyType
 from typing import Any
 
+from forkq.config import LOG_FORMATS
 from forkq.errors import ConfigError
 from forkq.printable import printable
 
@@ -54,6 +64,13 @@ MULTILINE: Mapping[str, object] = MappingProxyType({"multiline": True})
 
 JOB_FAILURE: Mapping[str, object] = MappingProxyType({"job_failure": True})
 """``extra=`` of a failed job's line: its traceback leaves out forkq's own frames."""
+
+JOB_FIELDS = ("jid", "job", "queue", "duration", "outcome")
+"""``extra=`` fields of a line about one job, written as they are by the JSON format (the
+text format leaves them out: its message says it all): ``jid``, ``job`` (class), ``queue``,
+and on a line that ends a run ``duration`` (seconds) and ``outcome`` (``done``, ``retry``,
+``dead``, ``drop``, ``cancelled``, ``reschedule``, ``expired``); a float is written to the
+microsecond."""
 
 _OWN = os.path.dirname(os.path.abspath(__file__)).rsplit(os.sep, 1)[0] + os.sep
 """The forkq package's folder: frames of files in it are forkq's own."""
@@ -101,6 +118,39 @@ class _Formatter(logging.Formatter):
 
     def formatStack(self, stack_info: str) -> str:  # noqa: N802
         return printable(stack_info, lines=True)
+
+
+class _JsonFormatter(_Formatter):
+    """One JSON object per record, on one line; nothing of it is escaped but by the encoder."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record's object: the common fields, the job's fields it carries, its
+        traceback (trimmed as in the text format) as ``exc_info`` and a stack as
+        ``stack_info``. The record is not changed."""
+        line: dict[str, Any] = {
+            "time": self.formatTime(record), "level": record.levelname,
+            "role": getattr(record, "role", _role), "pid": record.process,
+            "logger": record.name, "message": record.getMessage()}
+        for name in JOB_FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                line[name] = round(value, 6) if isinstance(value, float) else value
+        if record.exc_info:
+            trim = self.trim_job_frames and bool(getattr(record, "job_failure", False))
+            line["exc_info"] = _traceback_text(record.exc_info, trim=trim)
+        if record.stack_info:
+            line["stack_info"] = record.stack_info
+        return json.dumps(line, default=repr)
+
+
+def _traceback_text(ei: Any, *, trim: bool) -> str:
+    """``ei``'s traceback in Python's format (without the escapes of the text format: the
+    JSON encoder escapes it), with forkq's own frames before the application's left out when
+    ``trim``."""
+    report = traceback.TracebackException(ei[0], ei[1], ei[2], compact=True)
+    if trim:
+        _each_report(report, _trim_own_frames)
+    return "".join(report.format()).rstrip("\n")
 
 
 def _escape_notes(report: traceback.TracebackException) -> None:
@@ -153,15 +203,20 @@ def _chunk(text: str) -> str:
     return printable(body) + newline
 
 
-def configure(level: str = "info", path: str = "") -> None:
-    """Send forkq's log lines to ``path`` (appending), else stderr, at ``level``.
+def configure(level: str = "info", path: str = "", log_format: str = "text") -> None:
+    """Send forkq's log lines to ``path`` (appending), else stderr, at ``level``, as text
+    lines or (``log_format="json"``) JSON objects.
 
-    No timestamp when writing to stderr under journald (``JOURNAL_STREAM`` set).
+    No timestamp in a text line when writing to stderr under journald (``JOURNAL_STREAM``
+    set). A process forked afterwards (every child) inherits the handler and its format.
     """
+    if log_format not in LOG_FORMATS:
+        raise ConfigError(f"log_format: {log_format!r} is not one of {', '.join(LOG_FORMATS)}")
     journald = bool(os.environ.get("JOURNAL_STREAM")) and not path
     fmt = "pid=%(process)d %(role)s %(levelname)s: %(message)s"
     handler: logging.Handler = _file_handler(path) if path else _StderrHandler(_own_stderr())
-    formatter = _Formatter(fmt if journald else "%(asctime)s " + fmt)
+    formatter = (_JsonFormatter() if log_format == "json" else
+                 _Formatter(fmt if journald else "%(asctime)s " + fmt))
     formatter.trim_job_frames = level.lower() != "debug"
     handler.setFormatter(formatter)
     handler.addFilter(_RoleFilter())

@@ -2,6 +2,8 @@
 --
 -- KEYS[1]  forkq:beats:<identity>
 -- ARGV[1]  the child's pid   ARGV[2]  its beat (JSON)   ARGV[3]  TTL of KEYS[1], seconds
+-- KEYS[2]  forkq:alive:<identity>, the daemon's liveness: its TTL is renewed (ARGV[4] ms)
+--          while it exists; a lapsed one stays lapsed (only the master sets it again)
 --
 -- The old entry goes first: a beat grows nothing, and a script whose first write frees
 -- memory may write on, so Redis at maxmemory with noeviction still takes the beats and
@@ -14,4 +16,7 @@ end
 redis.call("HDEL", KEYS[1], ARGV[1])
 redis.call("HSET", KEYS[1], ARGV[1], ARGV[2])
 redis.call("EXPIRE", KEYS[1], ARGV[3])
+if KEYS[2] then
+  redis.call("PEXPIRE", KEYS[2], ARGV[4])
+end
 return 1

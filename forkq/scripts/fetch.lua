@@ -22,7 +22,10 @@
 -- ARGV[6]  how many jobs the acknowledgement covers (1 unless a batch was held)
 -- ARGV[7]  the JSON value the last job acknowledged returned, for its workflow (a chain's
 --          next step, a chord's results: workflow.lua), or "" for none
--- ARGV[8..] one queue order per job that may be taken (at most fetch_batch of them): the
+-- ARGV[8]  the daemon's liveness key forkq:alive:<identity>, or "" for none: while it does
+--          not exist (lapsed: forkq/daemon/liveness.py) nothing is fetched, and the
+--          reply is {0, ARGV[8], "lapsed"} (the acknowledgement is made all the same)
+-- ARGV[9..] one queue order per job that may be taken (at most fetch_batch of them): the
 --           1-based indexes into KEYS[6..] to try, comma-separated ("2,1,3"), drawn by the
 --           caller (weighted shuffle or strict order) for that job
 --
@@ -88,6 +91,9 @@ if ARGV[1] ~= "" and redis.call("LINDEX", KEYS[1], 2 * acked - 1) == ARGV[1] the
 end
 if ARGV[2] ~= "1" then
   return {}
+end
+if ARGV[8] ~= "" and redis.call("EXISTS", ARGV[8]) == 0 then
+  return {0, ARGV[8], "lapsed"}  -- its jobs may have been recovered: the processor waits
 end
 local held = redis.call("LRANGE", KEYS[1], 0, -1)
 if #held >= 2 then
@@ -173,12 +179,12 @@ local function take(queue)
   end
   return redis.pcall("RPOP", queue)
 end
-local orders = #ARGV - 7
+local orders = #ARGV - 8
 local deep = tonumber(ARGV[5])
 local k = 1
 while k <= orders do
   local from = nil
-  for index in string.gmatch(ARGV[7 + k], "%d+") do
+  for index in string.gmatch(ARGV[8 + k], "%d+") do
     local queue = KEYS[5 + tonumber(index)]
     if queue and not kinds[queue] and not paused[queue] then
       -- the first job is popped at once; a further one only from a deep queue
@@ -208,7 +214,7 @@ while k <= orders do
   -- queue before it in that order is empty or skipped), one job each while it stays deep:
   -- take those jobs with one RPOP. Where it turns shallow or empty, the loop goes on.
   local same = 0
-  while not rotations[from] and k + same < orders and ARGV[8 + k + same] == ARGV[7 + k] do
+  while not rotations[from] and k + same < orders and ARGV[9 + k + same] == ARGV[8 + k] do
     same = same + 1
   end
   local more = 0

@@ -43,6 +43,21 @@ local function queue_key(name)
 end
 
 
+-- Whether the daemon whose process hash is `hash`, children's heartbeats `beats` and
+-- liveness key `alive` (forkq/keys.py) may still be running: while `alive` exists; once it
+-- has lapsed, a daemon whose hash says it keeps one (the "failover" field) is gone; one
+-- that keeps none (a Sidekiq process, an older forkq) is alive while `hash` or `beats`
+-- exists (both expire 60 s after its last heartbeat).
+local function owner_alive(hash, beats, alive)
+  if redis.call("EXISTS", alive) == 1 then
+    return true
+  end
+  if redis.call("TYPE", hash)["ok"] == "hash" and redis.call("HEXISTS", hash, "failover") == 1 then
+    return false
+  end
+  return redis.call("EXISTS", hash) == 1 or redis.call("EXISTS", beats) == 1
+end
+
 -- The deaths of a job counted so far in forkq's own counter `key`: anything else in the
 -- key (another type, not a count) counts as none, and is replaced by count_death.
 local function deaths_of(key)

@@ -23,10 +23,15 @@
 -- ARGV[10] the length of KEYS[2] the caller saw
 -- KEYS[8]  forkq:cancels       ARGV[11] the jid of a cancelled first job (mode "bury"),
 --          whose request is withdrawn with the burial, or ""
+-- KEYS[9]  forkq:alive:<identity>, the owner's liveness
+-- KEYS[10] forkq:recovered:<identity>, counted (TTL ARGV[12] s) when the leader takes jobs
 --
--- Never from a live owner: with a token, nothing happens while KEYS[4] or KEYS[5] exists
--- (both expire 60 s after the owner's last heartbeat); without, the caller has proved
--- the owner's master and child gone (same kernel run, pid free or reused). Nothing
+-- Never from a live owner: with a token, nothing happens while owner_alive(KEYS[4], KEYS[5],
+-- KEYS[9]) (guard.lua: a forkq daemon's liveness lapsed, or the 60 s records of another
+-- process expired), and taking jobs counts KEYS[10], so that the owner, if it was only
+-- frozen or cut off, knows it holds them no more (forkq/daemon/liveness.py);
+-- without a token, the caller has proved the owner's master and child gone (same kernel
+-- run, pid free or reused). Nothing
 -- happens either if KEYS[2] no longer holds ARGV[2] first or changed length. Otherwise
 -- the jobs held without being started go back unchanged to the right end (the front) of
 -- their queues in the order they were held, then the first job goes back in front of them
@@ -42,7 +47,7 @@ if ARGV[1] ~= "" then
   if redis.call("GET", KEYS[1]) ~= ARGV[1] then
     return -1
   end
-  if redis.call("EXISTS", KEYS[4]) == 1 or redis.call("EXISTS", KEYS[5]) == 1 then
+  if owner_alive(KEYS[4], KEYS[5], KEYS[9]) then
     return -2
   end
 end
@@ -107,4 +112,8 @@ if job then
   end
 end
 try("SREM", KEYS[3], KEYS[2])
+if ARGV[1] ~= "" and #list >= 2 then
+  try("INCR", KEYS[10])
+  try("EXPIRE", KEYS[10], ARGV[12])
+end
 return {outcome, deaths}

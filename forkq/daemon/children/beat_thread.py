@@ -5,7 +5,8 @@ Contract: every :data:`INTERVAL` seconds the thread writes
 "loops": <n>, "start": <epoch>}`` (``loops``: the main loop's turn count, which the
 scheduler child advances at least once a second; ``start``: when this process started,
 so a restart on the same host can prove it gone, :mod:`forkq.daemon.master.restart_recovery`)
-and ``EXPIRE`` 60 s. ``seq`` grows by one per beat: the master culls a child
+and ``EXPIRE`` 60 s, and renews the daemon's liveness key while it exists
+(:mod:`forkq.daemon.liveness`). ``seq`` grows by one per beat: the master culls a child
 whose ``seq`` stops changing. The thread keeps beating while the main thread
 runs a job of any length (pure-Python loops release the GIL every few
 milliseconds), so a stale beat means the whole process is stopped (SIGSTOP) or
@@ -74,7 +75,7 @@ class BeatThread:
     """The heartbeat thread of one processor child. Start it after fork, in the child."""
 
     def __init__(self, client: redis.Redis, identity: str, pid: int, *, master_pid: int,
-                 orphan_grace: float) -> None:
+                 orphan_grace: float, alive_ttl: float = 0.0) -> None:
         self.job: dict[str, Any] | None = None
         self.loops = 0  # turns of the main loop, for a child whose loop never blocks long
         self._title: Callable[[str], None] | None = None
@@ -89,6 +90,9 @@ class BeatThread:
         self._redis = client
         self._script = script(client, "beat")  # goes through at maxmemory
         self._key = keys.beats(identity)
+        # each beat renews the daemon's liveness key while it exists (forkq.daemon.liveness)
+        self._keys = [self._key, keys.alive(identity)] if alive_ttl else [self._key]
+        self._args = [keys.PROCESS_TTL, int(alive_ttl * 1000)]
         self._pid = pid
         self._start = process_proof.start_time(pid)  # with the pid, names this process instance
         self._seq = 0
@@ -204,8 +208,8 @@ class BeatThread:
             return
         pipe: Any = self._redis.pipeline(transaction=False)
         if entry is not None:
-            pipe.execute_command("EVALSHA", self._script.sha, 1, self._key, self._pid, entry,
-                                 keys.PROCESS_TTL)
+            pipe.execute_command("EVALSHA", self._script.sha, len(self._keys), *self._keys,
+                                 self._pid, entry, *self._args)
         touched = recorder.queue_writes(pipe, batch, time.time())
         try:
             replies = pipe.execute(raise_on_error=False)
@@ -222,7 +226,7 @@ class BeatThread:
 
     def _beat_script(self, entry: str) -> None:
         with contextlib.suppress(redis.RedisError):
-            self._script(keys=[self._key], args=[self._pid, entry, keys.PROCESS_TTL])
+            self._script(keys=self._keys, args=[self._pid, entry, *self._args])
 
     def _dump_stack(self) -> None:
         job = self.job

@@ -127,8 +127,10 @@ class RedisEffects:
         self._runs = runs
         self._shows = shows  # per lane: tells the heartbeat the lane's job
         self._token = token
+        owner = keys.inflight_owner(lane_keys[0]) or ""
         self._fetchers = [Fetcher(self.redis, key, queues=config.queues, strict=config.strict,
-                                  rng=random.Random(), batch=batch, spread=spread)
+                                  rng=random.Random(), batch=batch, spread=spread,
+                                  alive=keys.alive(owner))
                           for key in lane_keys]
         single = self._fetchers[0].single_queue
         self._single = keys.queue_name(single) if single else None

@@ -87,7 +87,8 @@ class Fetch:
 
     jobs: list[Fetched]
     skipped: list[tuple[str, str]]
-    paused: bool = False  # asked to arm for a blocking move, but the queue is paused
+    paused: bool = False  # asked to arm, but the queue is paused; or the daemon's liveness
+    # lapsed (nothing fetched until its master sets it again)
     unregistered: str = ""  # the type the in-flight registry holds instead of a set
 
     @property
@@ -121,8 +122,10 @@ class Fetcher:
         rng: random.Random,
         batch: int = 1,
         spread: int = 1,
+        alive: str = "",
     ) -> None:
         self._fetch = script(redis_client, "fetch")
+        self._alive = alive
         self._direct = Direct(redis_client)
         self._inflight = inflight_key
         self._rng = rng
@@ -174,7 +177,7 @@ class Fetcher:
         result = self._direct.evalsha(
             self._fetch, [*_script_keys(self._inflight, self._daily_key()), *self._keys],
             _script_args(ack, acked, fetch=fetch, arm=arm, deep=str(size * self._spread),
-                         orders=self.orders(size), value=value))
+                         orders=self.orders(size), value=value, alive=self._alive))
         if not result:
             return NOTHING
         count = int(result[0])
@@ -184,7 +187,7 @@ class Fetcher:
                 for i in range(0, len(held), 2)]
         pairs = [(text(rest[i]), text(rest[i + 1])) for i in range(0, len(rest), 2)]
         unregistered = pairs.pop()[1] if pairs and pairs[-1][0] == keys.INFLIGHT_REGISTRY else ""
-        skipped = [(key, kind) for key, kind in pairs if kind != "paused"]
+        skipped = [(key, kind) for key, kind in pairs if kind not in ("paused", "lapsed")]
         return Fetch(jobs, skipped, paused=len(skipped) < len(pairs), unregistered=unregistered)
 
     def close(self) -> None:
@@ -230,10 +233,10 @@ def _script_keys(inflight_key: str, daily: str) -> list[str]:
 
 
 def _script_args(ack: bytes | None, acked: int, *, fetch: bool, arm: bool, deep: str,
-                 orders: list[str], value: str = "") -> list[Any]:
+                 orders: list[str], value: str = "", alive: str = "") -> list[Any]:
     """fetch.lua's ARGV (see its header)."""
     return [ack or b"", "1" if fetch else "0", keys.DAILY_STAT_TTL, "1" if arm else "0", deep,
-            acked, value, *orders]
+            acked, value, alive, *orders]
 
 
 # -- the batch's size --------------------------------------------------------------------

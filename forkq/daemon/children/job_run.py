@@ -96,7 +96,8 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | Complete
         return None  # acknowledged as done: never started
     context = JobContext(payload["class"], payloads.jid(payload), fetched.queue, payload,
                          payload["args"])
-    log.info("%s jid=%s start", context.name, context.jid)
+    log.info("%s jid=%s start", context.name, context.jid,
+             extra={"jid": context.jid, "job": context.name, "queue": fetched.queue})
     if payload.get(unique.UNTIL) == "start":  # a dict lookup per job: no call
         _release_lock(context, runs, fetched.raw)
     own = timeout_of(payload)
@@ -128,7 +129,9 @@ def run(fetched: Fetched, runs: Runs, show: Show) -> failures.Failure | Complete
     if runs.metrics is not None:
         runs.metrics.record(fetched.queue, job_class(payload), elapsed, failed=False)
     if log.isEnabledFor(logging.INFO):  # the duration's wording costs a job more than its line
-        log.info("%s jid=%s done: %s", context.name, context.jid, duration(elapsed))
+        log.info("%s jid=%s done: %s", context.name, context.jid, duration(elapsed),
+                 extra={"jid": context.jid, "job": context.name, "queue": fetched.queue,
+                        "duration": elapsed, "outcome": "done"})
     if keep:
         _keep(context, lambda: results.store_value(runs.redis, context.jid, value, keep))
     return carried
@@ -155,7 +158,8 @@ def _failed(fetched: Fetched, runs: Runs, context: JobContext, *, spec: JobSpec,
                             rng=runs.rng, now=time.time(), rules=spec.options.rules())
     if failure.mode == "reschedule":  # a limiter had no room: not a failure
         log.info("%s jid=%s over limit: %s; rescheduled", context.name, context.jid,
-                 failures.error_message(error))
+                 failures.error_message(error),
+                 extra=_fields(context, elapsed=elapsed, outcome="reschedule"))
         if runs.metrics is not None:
             runs.metrics.note(fetched.queue, job_class(context.payload), "overrated")
         return failure
@@ -164,14 +168,28 @@ def _failed(fetched: Fetched, runs: Runs, context: JobContext, *, spec: JobSpec,
         runs.metrics.note(fetched.queue, job_class(context.payload), "discarded")
     level = logging.WARNING if cancelled else FAILURE_LEVELS[failure.mode]
     trace = None if exc is None or isinstance(exc, JobCancelledError) else exc
+    outcome = "cancelled" if cancelled else failure.mode
     log.log(level, "%s jid=%s fail: %s: %s: %s -> %s", context.name, context.jid,
             duration(elapsed), failures.error_class_name(error), failures.error_message(error),
-            failure.mode, exc_info=trace, extra=logs.JOB_FAILURE)
+            failure.mode, exc_info=trace,
+            extra={**logs.JOB_FAILURE, **_fields(context, elapsed=elapsed, outcome=outcome)})
     keep = payloads.result_ttl(context.payload)
     if keep and failure.mode != "retry":
         message = (failures.error_class_name(error), failures.error_message(error))
         _keep(context, lambda: results.store_failure(runs.redis, context.jid, *message, keep))
     return failure
+
+
+def _fields(context: JobContext, *, elapsed: float | None = None, outcome: str | None = None
+            ) -> dict[str, Any]:
+    """The ``extra=`` of a line about the job (:data:`~forkq.daemon.logs.JOB_FIELDS`):
+    what the JSON log format writes of it."""
+    fields: dict[str, Any] = {"jid": context.jid, "job": context.name, "queue": context.queue}
+    if elapsed is not None:
+        fields["duration"] = elapsed
+    if outcome is not None:
+        fields["outcome"] = outcome
+    return fields
 
 
 def _cancelled(context: JobContext, runs: Runs, exc: BaseException | None
@@ -211,7 +229,8 @@ def _expired(fetched: Fetched, runs: Runs, payload: payloads.Payload, now: float
     if late is None:
         return False
     log.info("%s jid=%s expired %s ago: not run", payload["class"], payloads.jid(payload),
-             duration(late))
+             duration(late), extra={"jid": payloads.jid(payload), "job": payload["class"],
+                                    "queue": fetched.queue, "outcome": "expired"})
     if runs.metrics is not None:
         runs.metrics.note(fetched.queue, job_class(payload), "expired")
     return True
@@ -224,7 +243,7 @@ def _release_lock(context: JobContext, runs: Runs, raw: bytes) -> None:
         script(runs.redis, "unlock")(args=[raw])
     except redis.RedisError as exc:
         log.warning("%s jid=%s: its unique lock was not released at its start: %s",
-                    context.name, context.jid, exc)
+                    context.name, context.jid, exc, extra=_fields(context))
 
 
 def _keep(context: JobContext, store: Callable[[], str | None]) -> None:
@@ -232,10 +251,11 @@ def _keep(context: JobContext, store: Callable[[], str | None]) -> None:
     try:
         problem = store()
     except redis.RedisError as exc:
-        log.warning("%s jid=%s: its result was not stored: %s", context.name, context.jid, exc)
+        log.warning("%s jid=%s: its result was not stored: %s", context.name, context.jid, exc,
+                    extra=_fields(context))
         return
     if problem:
-        log.warning("%s jid=%s: %s", context.name, context.jid, problem)
+        log.warning("%s jid=%s: %s", context.name, context.jid, problem, extra=_fields(context))
 
 
 def timeout_of(payload: payloads.Payload) -> float:

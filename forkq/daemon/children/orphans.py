@@ -1,9 +1,12 @@
 """The leader's orphan sweep: in-flight jobs of dead processes go back to their queues.
 
-A process is dead when its process hash ``<identity>`` and its children's beat
-hash ``forkq:beats:<identity>`` have both expired: no master beat and no child
-beat for 60 s (:data:`~forkq.keys.PROCESS_TTL`). That happens when its host
-died, or its master was SIGKILLed and its orphaned children finished or gave up
+A forkq daemon is dead when its liveness key ``forkq:alive:<identity>`` has lapsed: no
+heartbeat of its master or children for 2/3 of ``host_failover`` (:mod:`forkq.daemon.liveness`);
+the sweep runs at least every fifth of it. Another process (Sidekiq, a forkq daemon that
+keeps no such key) is dead when its process hash ``<identity>`` and its children's beat
+hash ``forkq:beats:<identity>`` have both expired: no beat for 60 s
+(:data:`~forkq.keys.PROCESS_TTL`). Either happens when its host died or was cut off, or its
+master was SIGKILLed and its orphaned children finished or gave up
 (see :mod:`forkq.daemon.children.beat_thread`). A live master settles its own children's jobs;
 the sweep never touches a process whose records exist, and recover.lua checks
 that again atomically with the move.
@@ -58,8 +61,10 @@ REFUSALS = Recurring(log)
 """Refusals (a key of the wrong type) reported at most once a minute per key."""
 
 
-def sweep(client: redis.Redis, token: str, *, now: float) -> list[Recovered]:
+def sweep(client: redis.Redis, token: str, *, now: float, own: str = "") -> list[Recovered]:
     """Recover the in-flight jobs of every dead process and forget it; what was recovered.
+    The daemon ``own`` (the leader's) is left alone: its master settles its own children,
+    and after a lapse of its liveness it knows its jobs are its own (:mod:`forkq.daemon.liveness`).
 
     One bad item never stops the sweep: a list or record whose script Redis refuses (a
     key of the wrong type) is reported, naming the key, and left as it is; the sweep goes
@@ -68,7 +73,7 @@ def sweep(client: redis.Redis, token: str, *, now: float) -> list[Recovered]:
     longer holds the lease, and a Redis error when Redis does not answer.
     """
     lists = inflight_by_owner(client)
-    candidates = sorted(set(lists) | _members(client, keys.PROCESSES))
+    candidates = sorted((set(lists) | _members(client, keys.PROCESSES)) - {own})
     recovered: list[Recovered] = []
     for identity in _dead(client, candidates):
         recovered += recover_process(client, token, identity, lists.get(identity, []), now=now)
@@ -149,14 +154,20 @@ def rebuild_registry(client: redis.Redis) -> set[str]:
 
 
 def _dead(client: redis.Redis, identities: list[str]) -> list[str]:
-    """The identities whose process hash and beat hash have both expired."""
+    """The identities that are not ``owner_alive`` (guard.lua; recover.lua checks again):
+    a forkq daemon whose liveness key lapsed, or a process that keeps none whose process
+    hash and beat hash have both expired."""
     if not identities:
         return []
     with client.pipeline(transaction=False) as pipe:
         for identity in identities:
+            pipe.exists(keys.alive(identity))
+            pipe.hexists(identity, keys.FAILOVER_FIELD)
             pipe.exists(identity, keys.beats(identity))
-        counts = pipe.execute()
-    return [identity for identity, count in zip(identities, counts, strict=True) if count == 0]
+        replies = pipe.execute(raise_on_error=False)  # HEXISTS of a key of another type
+    answers = [replies[i:i + 3] for i in range(0, len(replies), 3)]
+    return [identity for identity, (alive, keeps, records) in zip(identities, answers, strict=True)
+            if alive == 0 and (keeps == 1 or records == 0)]
 
 
 def _recover(client: redis.Redis, token: str | None, *, identity: str, key: str, now: float
@@ -179,7 +190,7 @@ def _forget(client: redis.Redis, token: str | None, identity: str) -> None:
     workers, work = keys.workers(identity)
     lua = script(client, "forget")
     result = int(lua(keys=[keys.LEADER, identity, keys.beats(identity), keys.PROCESSES,
-                              workers, work], args=[token or "", identity]))
+                              workers, work, keys.alive(identity)], args=[token or "", identity]))
     if result < 0:
         raise LeaseLostError("forgetting " + identity)
     if result == 1:

@@ -41,7 +41,7 @@ import redis
 
 from forkq import cron, keys, middleware
 from forkq.config import Config
-from forkq.daemon import child_process
+from forkq.daemon import child_process, liveness
 from forkq.daemon.children import due_jobs, orphans, periodic, unfiled
 from forkq.daemon.children.lease import Lease, LeaseLostError
 from forkq.daemon.children.queuewatch import QueueWatch
@@ -99,7 +99,7 @@ class Scheduler:
         self.master_pid, self._pipe, self.redis = basics.master_pid, basics.pipe, basics.redis
         self._beat = basics.beat
         self.lease = Lease(self.redis, identity=self.identity, pid=os.getpid(),
-                           ttl=self.config.leader_lease_ttl)
+                           ttl=liveness.lease_ttl(self.config))
         self._watch = QueueWatch(self.redis, WATCHED)
 
     def _check_signals(self) -> None:
@@ -140,7 +140,7 @@ class Scheduler:
         log.info("took office as the scheduler leader (lease %gs, term %s)",
                  self.lease.ttl, self.lease.token)
         self._title("leader")
-        self._next_renew = now + self.config.leader_renew_interval
+        self._next_renew = now + liveness.renew_interval(self.config)
         self._next_sweep = now
         self._next_tick = 0.0
 
@@ -154,7 +154,7 @@ class Scheduler:
         if now >= self._next_renew:
             if not self.lease.renew():
                 raise LeaseLostError("renewal refused")
-            self._next_renew = now + self.config.leader_renew_interval
+            self._next_renew = now + liveness.renew_interval(self.config)
         wall = time.time()
         earliest = due_jobs.next_due(self.redis)
         if earliest is not None and earliest <= wall:
@@ -162,9 +162,9 @@ class Scheduler:
             log.debug("moved %d due jobs", moved)
             earliest = due_jobs.next_due(self.redis)
         if now >= self._sweep_time():
-            orphans.sweep(self.redis, self._token(), now=wall)
+            orphans.sweep(self.redis, self._token(), now=wall, own=self.identity)
             unfiled.refile(self.redis, now=wall)
-            self._next_sweep = now + self.config.orphan_sweep_interval
+            self._next_sweep = now + liveness.sweep_interval(self.config)
         if self.config.periodic and wall >= self._next_tick:
             self._periodic(wall)
         if wall >= self._next_sample:
@@ -175,10 +175,12 @@ class Scheduler:
 
     def _sweep_time(self) -> float:
         """When the next orphan sweep may run: its interval, and never before Redis has
-        answered for :data:`RECONNECT_SETTLE` seconds in a row. After an outage every
-        process hash may have expired while its daemon lived on; they beat again within
-        that time, and must not be taken for dead."""
-        return max(self._next_sweep, self._connected_since + RECONNECT_SETTLE)
+        answered for :data:`RECONNECT_SETTLE` seconds in a row (more when the masters renew
+        their liveness keys less often). After an outage every process hash and liveness key
+        may have expired while its daemon lived on; they are written again within that time,
+        and must not be taken for dead."""
+        settle = max(RECONNECT_SETTLE, liveness.renewal(self.config) + RECONNECT_SETTLE / 2)
+        return max(self._next_sweep, self._connected_since + settle)
 
     def _token(self) -> str:
         if self.lease.token is None or not self.lease.holds(time.monotonic()):

@@ -29,6 +29,7 @@ from forkq.daemon.master import dead_child, heartbeats, restart_recovery
 from forkq.daemon.master.dead_child import Gone, Settled
 from forkq.daemon.master.heartbeats import Beat, LastBeat
 from forkq.registry import Registry
+from forkq.scripts import script
 
 
 class Clock(Protocol):
@@ -79,8 +80,9 @@ class Store(Protocol):
         """Drop the beats of children that are gone."""
 
     def write_record(self, *, info: str, busy: dict[str, str], quiet: bool, rss_kb: int,
-                     concurrency: int) -> Beat:
-        """Write the process record; pop one remote signal."""
+                     concurrency: int, failover: float) -> Beat:
+        """Write the process record (``failover``: its liveness key's TTL); pop one remote
+        signal."""
 
     def leads(self) -> bool:
         """Whether this daemon's scheduler holds the cluster's lease."""
@@ -89,7 +91,13 @@ class Store(Protocol):
         """Take back the jobs of this host's gone incarnations (restart recovery)."""
 
     def clear(self) -> None:
-        """Clean exit: leave ``processes``."""
+        """Clean exit: leave ``processes``, drop the liveness key."""
+
+    def keep_alive(self, ttl_ms: int) -> bool:
+        """Renew the liveness key; False when it has lapsed (:mod:`.liveness`)."""
+
+    def claim_alive(self, ttl_ms: int, *, restore: bool = False) -> int:
+        """Set the liveness key again (alive.lua); see :class:`.liveness.Keeper`."""
 
     def cancel_watch_fds(self) -> list[int]:
         """Descriptors readable when a job's cancellation is asked (none while the watch
@@ -141,9 +149,9 @@ class RedisStore:
         heartbeats.forget_children(self.client, self.identity, pids)
 
     def write_record(self, *, info: str, busy: dict[str, str], quiet: bool, rss_kb: int,
-                     concurrency: int) -> Beat:
+                     concurrency: int, failover: float) -> Beat:
         return heartbeats.beat(self.client, self.identity, info=info, busy=busy, quiet=quiet,
-                               rss_kb=rss_kb, concurrency=concurrency)
+                               rss_kb=rss_kb, concurrency=concurrency, failover=failover)
 
     def leads(self) -> bool:
         return lease.leads(lease.holder(self.client), self.identity)
@@ -154,6 +162,14 @@ class RedisStore:
     def clear(self) -> None:
         heartbeats.clear(self.client, self.identity)
         self.cancel_watch.close()
+
+    def keep_alive(self, ttl_ms: int) -> bool:
+        return bool(self.client.pexpire(keys.alive(self.identity), ttl_ms))
+
+    def claim_alive(self, ttl_ms: int, *, restore: bool = False) -> int:
+        return int(script(self.client, "alive")(
+            keys=[keys.alive(self.identity), keys.recovered(self.identity)],
+            args=[ttl_ms, "restore" if restore else "claim"]))
 
     def cancel_watch_fds(self) -> list[int]:
         with contextlib.suppress(redis.RedisError):

@@ -9,7 +9,9 @@ process and what each child runs, and their Quiet / Stop buttons reach it.
 
 :func:`read_children` reads ``forkq:beats:<id>`` (see :mod:`forkq.daemon.children.beat_thread`).
 :func:`clear` is the clean exit: ``SREM processes`` and unlink the busy and
-beat hashes; the process hash is left to expire with ``quiet "true"``, as Sidekiq.
+beat hashes and the liveness key; the process hash is left to expire with ``quiet "true"``,
+as Sidekiq. The record's ``failover`` field (the liveness key's TTL) tells the leader that
+this daemon keeps a liveness key (:mod:`forkq.daemon.liveness`).
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ def beat(
     quiet: bool,
     rss_kb: int,
     concurrency: int,
+    failover: float = 0.0,
 ) -> Beat:
     """Write the process record and busy hashes; pop one remote signal (``record.lua``).
 
@@ -108,6 +111,8 @@ def beat(
         "quiet": "true" if quiet else "false", "rss": rss_kb, "rtt_us": rtt_us,
         "concurrency": concurrency,
     }
+    if failover:
+        record[keys.FAILOVER_FIELD] = repr(failover)
     args = [keys.PROCESS_TTL, 2 * len(record), *_pairs(record), *_pairs(busy)]
     reply = script(client, "record")(
         keys=[keys.PROCESSES, identity, *keys.workers(identity), keys.signals(identity)],
@@ -170,7 +175,7 @@ def clear(client: redis.Redis, identity: str) -> None:
     """Clean exit: leave ``processes``, drop the busy and beat hashes, mark the record quiet."""
     with client.pipeline(transaction=True) as pipe:
         pipe.srem(keys.PROCESSES, identity)
-        pipe.unlink(*keys.workers(identity), keys.beats(identity))
+        pipe.unlink(*keys.workers(identity), keys.beats(identity), keys.alive(identity))
         pipe.hset(identity, "quiet", "true")
         pipe.expire(identity, keys.PROCESS_TTL)
         pipe.execute()

@@ -42,7 +42,7 @@ import redis
 from forkq import __version__, cron, keys, scripts
 from forkq.config import Config
 from forkq.connection import EMBEDDED, NotASentinelError, connect
-from forkq.daemon import logs
+from forkq.daemon import liveness, logs
 from forkq.daemon.master import heartbeats, pidfile, reload
 from forkq.daemon.master.effects import Effects, RedisStore, Store
 from forkq.daemon.master.pool import Pool
@@ -113,6 +113,7 @@ class Supervisor:
         self._refused = Recurring(log)  # keys of the process record Redis refuses
         self._status = ""
         self._leader = False
+        self._liveness = liveness.Liveness(config)
         self.actions: dict[signal.Signals, Callable[[], None]] = {
             signal.SIGTERM: self.on_stop,
             signal.SIGINT: self.on_stop,
@@ -160,6 +161,7 @@ class Supervisor:
                                        processes=processes, clock=self._clock)
         self._info = self._process_info()
         self._check_credentials()
+        self._guarded(lambda: self._liveness.start(self.store), "setting the liveness key")
         self._reclaim()
         log.info("forkq %s starting: identity %s, %s, queues %s%s",
                  __version__, self.identity, counted(self.config.concurrency, "processor"),
@@ -255,6 +257,10 @@ class Supervisor:
             if not self.quiet:
                 self.pool.top_up(now)
                 self.scheduler.top_up(now)
+        if self.stop_deadline is None:
+            self._guarded(lambda: self._liveness.turn(
+                self.store, now, set(self.pool.children), self.pool.retire),
+                f"renewing the liveness key {keys.alive(self.identity)}")
         if now >= self._next_beat:
             self._next_beat = now + BEAT_INTERVAL
             self._beat()
@@ -357,6 +363,7 @@ class Supervisor:
         old = self.config
         self.config = self.scheduler.config = merged
         self.pool.configure(merged)
+        self._liveness.configure(merged)
         logging.getLogger().setLevel(merged.log_level.upper())
         self._info = self._process_info()
         self._next_beat = 0.0
@@ -422,7 +429,8 @@ class Supervisor:
         wrote = self._guarded(lambda: self.store.write_record(
             info=self._info, busy=self.pool.busy(),
             quiet=self.quiet or self.stop_deadline is not None, rss_kb=rss,
-            concurrency=self.config.concurrency), "writing the process record")
+            concurrency=self.config.concurrency, failover=liveness.ttl(self.config)),
+            "writing the process record")
         if wrote is None:
             return
         for key, error in wrote.refused:
