@@ -95,6 +95,10 @@ forkq's own keys:
 - ``forkq:unique:<digest>`` — string, ``unique_for`` seconds — a unique job's lock: the jid
   of the job holding it (:data:`UNIQUE_PREFIX`). *Wrong type:* a unique push of that job
   raises ``EnqueueError``; releases leave it alone.
+- ``forkq:alive:<identity>`` — string, 2/3 of ``host_failover`` — a daemon's liveness
+  (:func:`alive`); ``forkq:recovered:<identity>`` — string, 7 days — the lists the leader
+  took from it while it lapsed (:func:`recovered`). *Wrong type:* the processors fetch
+  while the key exists, whatever it holds; renewals by PEXPIRE work on any type.
 - ``forkq:leader`` — string, ``leader_lease_ttl`` — the scheduler leader's lease: its
   owner token ``<identity>:<scheduler pid>:<8 hex>``, new for every term. Taken only
   when free (``SET NX PX``), renewed and released only by its owner (lease.lua); every
