@@ -81,7 +81,8 @@ class Client(clients.PushSteps):
         job = self._job(item, now)
         if job is None:
             return None
-        dropped = await self._send([job], now, durability.resolve(durable))
+        dropped = await self._send([job], now,
+                                   durability.resolve(durable) if durable else None)
         return None if dropped else str(job[0]["jid"])
 
     async def push_bulk(self, item: Mapping[str, Any], *, durable: bool | Durability = False
@@ -90,7 +91,7 @@ class Client(clients.PushSteps):
         :meth:`forkq.client.Client.push_bulk`: the jids pushed."""
         _refuse_batch()
         now = time.time()
-        level = durability.resolve(durable)
+        level = durability.resolve(durable) if durable else None
         jobs, encoded = self._bulk(item, now)
         if encoded is not None:  # the common case, encoded at once
             if encoded.commands:

@@ -282,7 +282,8 @@ class Client(PushSteps):
         payload = self._prepare(_fields(item), item.get("args"), now)
         if payload is None:
             return None
-        dropped = self._send([(payload, _at(item.get("at")))], now, durability.resolve(durable))
+        level = durability.resolve(durable) if durable else None  # a plain push: no call
+        dropped = self._send([(payload, _at(item.get("at")))], now, level)
         return None if dropped else str(payload["jid"])
 
     def push_bulk(self, item: Mapping[str, Any], *, durable: bool | Durability = False
@@ -292,7 +293,7 @@ class Client(PushSteps):
         ``enqueued_at``, as in Sidekiq. Returns the jids pushed (without those a middleware
         stopped or a unique job's lock dropped). ``durable`` as for :meth:`push`."""
         now = time.time()
-        level = durability.resolve(durable)
+        level = durability.resolve(durable) if durable else None
         jobs, encoded = self._bulk(item, now)
         if encoded is not None:  # the common case, encoded at once
             if encoded.commands:

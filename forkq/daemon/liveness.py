@@ -85,6 +85,11 @@ class Liveness:
         self.ttl_ms = int(ttl(config) * 1000)
         self.interval = renewal(config)
 
+    def due(self, now: float) -> bool:
+        """Whether a renewal is due at ``now`` (monotonic): :meth:`turn` then talks to Redis
+        (a caller that counts Redis steps, as the master's outage guard, asks first)."""
+        return now >= self.next_at
+
     def start(self, keeper: Keeper) -> None:
         """Before the first fork: the key exists, so the processors may fetch."""
         keeper.claim_alive(self.ttl_ms, restore=True)
@@ -93,7 +98,7 @@ class Liveness:
              retire: Callable[[], int]) -> None:
         """Renew the key when due (``now``, monotonic). ``running`` are the processors alive
         now; ``retire`` retires them all after their current job (the count)."""
-        if now < self.next_at:
+        if not self.due(now):
             return
         self.next_at = now + self.interval
         if self.waiting_for is None:

@@ -217,11 +217,19 @@ def configure(level: str = "info", path: str = "", log_format: str = "text") -> 
     handler: logging.Handler = _file_handler(path) if path else _StderrHandler(_own_stderr())
     formatter = (_JsonFormatter() if log_format == "json" else
                  _Formatter(fmt if journald else "%(asctime)s " + fmt))
-    formatter.trim_job_frames = level.lower() != "debug"
     handler.setFormatter(formatter)
     handler.addFilter(_RoleFilter())
+    logging.getLogger().handlers[:] = [handler]
+    set_level(level)
+
+
+def set_level(level: str) -> None:
+    """Log at ``level`` from now on (a HUP's new ``log_level``); at ``debug`` a failed job's
+    traceback keeps forkq's own frames. Children forked afterwards inherit it."""
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    for handler in root.handlers:
+        if isinstance(handler.formatter, _Formatter):
+            handler.formatter.trim_job_frames = level.lower() != "debug"
     root.setLevel(level.upper())
 
 

@@ -257,7 +257,8 @@ class Supervisor:
             if not self.quiet:
                 self.pool.top_up(now)
                 self.scheduler.top_up(now)
-        if self.stop_deadline is None:
+        if self.stop_deadline is None and self._liveness.due(now):  # else no Redis step: a
+            # guarded call that does nothing would count as Redis answering again
             self._guarded(lambda: self._liveness.turn(
                 self.store, now, set(self.pool.children), self.pool.retire),
                 f"renewing the liveness key {keys.alive(self.identity)}")
@@ -364,7 +365,7 @@ class Supervisor:
         self.config = self.scheduler.config = merged
         self.pool.configure(merged)
         self._liveness.configure(merged)
-        logging.getLogger().setLevel(merged.log_level.upper())
+        logs.set_level(merged.log_level)
         self._info = self._process_info()
         self._next_beat = 0.0
         if reload.needs_new_scheduler(diff):
