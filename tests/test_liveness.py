@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+import redis
 
 from forkq.config import Config
 from forkq.daemon import liveness
@@ -78,3 +79,26 @@ def test_after_jobs_were_taken_the_key_waits_for_the_processors_of_the_lapse(
     assert keeper.alive and keeper.recovered == 0 and keep.waiting_for is None
     assert keeper.claims[-1] is True  # restored: what was taken is forgotten
     assert "liveness restored" in caplog.text
+
+
+@pytest.mark.redis
+def test_the_keys_of_any_type_are_read_as_lapsed_or_taken_and_replaced(r: redis.Redis) -> None:
+    """Any client may write anything into ``forkq:alive:<id>`` and ``forkq:recovered:<id>``:
+    a renewal works on any type, a claim reads a recovered key of another type as "taken",
+    and a restore replaces both."""
+    from forkq import keys
+    from forkq.daemon.master.effects import RedisStore
+    from forkq.registry import Registry
+
+    store = RedisStore(r, "hostile:1:abc", Registry())
+    alive, taken = keys.alive(store.identity), keys.recovered(store.identity)
+    r.rpush(alive, "x")
+    assert store.keep_alive(5000) is True and 0 < r.pttl(alive) <= 5000
+    r.delete(alive)
+    r.hset(taken, "a", "b")
+    assert store.claim_alive(5000) == 1 and not r.exists(alive)
+    r.delete(taken)
+    r.set(taken, "not a number")
+    assert store.claim_alive(5000) == 1
+    assert store.claim_alive(5000, restore=True) == 0
+    assert r.get(alive) == b"1" and not r.exists(taken)
