@@ -23,6 +23,7 @@ import contextlib
 import datetime
 import hashlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -220,6 +221,21 @@ def _cmdline(process: psutil.Process) -> str:
         return " ".join(process.cmdline())
     except psutil.Error:
         return ""
+
+
+@pytest.fixture()
+def root_handlers() -> Iterator[None]:
+    """Keep the root logger's handlers and level as they were around a test that reconfigures."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        yield
+    finally:
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
 
 
 @pytest.fixture

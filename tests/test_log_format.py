@@ -12,7 +12,7 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,21 +26,6 @@ from forkq.errors import ConfigError
 from tests.conftest import Daemon, push, records, until
 
 COMMON = {"time", "level", "role", "pid", "logger", "message"}
-
-
-@pytest.fixture()
-def root_handlers() -> Iterator[None]:
-    """Keep the root logger's handlers and level as they were around a test that reconfigures."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    try:
-        yield
-    finally:
-        for handler in root.handlers:
-            if handler not in handlers:
-                handler.close()
-        root.handlers[:] = handlers
-        root.setLevel(level)
 
 
 def _objects(text: str) -> list[dict[str, Any]]:

@@ -5,29 +5,11 @@ hostile process record reads as empty. No server, no subprocess."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from forkq.daemon import logs
 from forkq.ops import processes
 from forkq.printable import printable
-
-
-@pytest.fixture()
-def root_handlers() -> Iterator[None]:
-    """Keep the root logger's handlers and level as they were around a test that reconfigures."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    try:
-        yield
-    finally:
-        for handler in root.handlers:
-            if handler not in handlers:
-                handler.close()
-        root.handlers[:] = handlers
-        root.setLevel(level)
 
 
 def test_usr2_reopens_the_log_file_and_keeps_the_old_one_when_it_cannot(
