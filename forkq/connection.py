@@ -147,7 +147,7 @@ def _sentinel_master(target: redis_url.SentinelTarget, common: dict[str, Any]) -
     ``TimeoutStopSec``.)"""
     tls: dict[str, Any] = {"ssl": True, **target.tls_options} if target.tls else {}
     sentinel_wait = common["socket_connect_timeout"]
-    sentinels = Sentinels(  # type: ignore[no-untyped-call]
+    sentinels = Sentinels(  # type: ignore[no-untyped-call, unused-ignore]
         target.sentinels,
         sentinel_kwargs={"username": target.sentinel_username,
                          "password": target.sentinel_password, "protocol": 2,
@@ -155,7 +155,7 @@ def _sentinel_master(target: redis_url.SentinelTarget, common: dict[str, Any]) -
                          "socket_timeout": sentinel_wait, "retry": NO_RETRY, **identified(),
                          **tls})
     connection_class = SentinelSSLMasterConnection if target.tls else SentinelMasterConnection
-    client: redis.Redis = sentinels.master_for(  # type: ignore[no-untyped-call]
+    client: redis.Redis = sentinels.master_for(  # type: ignore[no-untyped-call, unused-ignore]
         target.service, db=target.db, username=target.username, password=target.password,
         connection_class=connection_class, socket_keepalive=True, **common, **tls)
     return client
@@ -168,7 +168,7 @@ class Sentinels(Sentinel):
 
     def discover_master(self, service_name: str) -> tuple[str, int]:
         try:
-            found: tuple[str, int] = super().discover_master(  # type: ignore[no-untyped-call]
+            found: tuple[str, int] = super().discover_master(  # type: ignore[no-untyped-call, unused-ignore]
                 service_name)
         except redis.ResponseError as exc:  # a server that knows no SENTINEL command
             where = ", ".join(_address(node) for node in self.sentinels)

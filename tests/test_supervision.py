@@ -357,7 +357,8 @@ def test_sd_notify_ready_status_reloading_stopping_and_watchdog(
     ready = messages.wait(lambda m: m.startswith("READY=1"), 15)
     assert r.scard("forkq:inflight") == 2  # both children registered and fetching
     assert "STATUS=0 of 2 busy; queues default:1" in ready
-    jid = push(r, "Sleep", 4, "status")
+    # a child beats within 2 s of its job's start; an idle master reads the beats every 2 s
+    jid = push(r, "Sleep", 8, "status")
     messages.wait(lambda m: m == "STATUS=1 of 2 busy; queues default:1", 10)
     assert jid
 

@@ -202,7 +202,7 @@ def start_beat(config: Config, identity: str, master_pid: int) -> BeatThread:
     beat = BeatThread(connect(config.redis_url, embedded_dir=config.embedded_dir,
                               socket_timeout=2),
                       identity, os.getpid(), master_pid=master_pid, orphan_grace=config.timeout,
-                      alive_ttl=liveness.ttl(config))
+                      alive_ttl=liveness.ttl(config), keepalive=config.liveness_timeout / 3)
     beat.start()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED)
     return beat

@@ -4,7 +4,8 @@ Sidekiq's process record lives 60 s after its last write, so a daemon whose host
 would hold its in-flight jobs for a minute. Every forkq daemon also keeps
 ``forkq:alive:<identity>`` (:func:`forkq.keys.alive`) with a TTL of 2/3 of
 ``host_failover``: its master sets it before forking, and renews it every third of the TTL;
-each child's heartbeat (every 2 s) renews it while it exists. The leader recovers the jobs
+once the master is gone, each heartbeat of its children renews it while it exists (they
+finish their jobs). The leader recovers the jobs
 of a forkq daemon whose key has lapsed (``owner_alive`` in guard.lua), looking at least every
 fifth of ``host_failover`` (:func:`sweep_interval`): a stopped host's jobs run again within
 ``host_failover`` seconds.

@@ -112,6 +112,11 @@ class Recorder:
                 counts = self._batch[(queue, klass)] = Counts()
             setattr(counts, what, getattr(counts, what) + 1)
 
+    def pending(self) -> bool:
+        """Whether anything was counted since the last :meth:`drain` (read without the lock:
+        a count that lands just after is written with the next beat)."""
+        return bool(self._batch)
+
     def drain(self) -> Batch:
         """Take everything counted so far (the heartbeat writes it)."""
         with self._lock:

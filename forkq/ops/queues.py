@@ -99,7 +99,7 @@ class Queue:
         """Pause the queue across the cluster: every forkq processor's fetch skips it until
         :meth:`resume` (jobs still go in). True if it was not paused yet. Processors blocked
         waiting for a job are woken (``CLIENT UNBLOCK``), so none takes one more from it; a
-        server that refuses that leaves them to notice within 2 s."""
+        server that refuses that leaves them to notice within 30 s."""
         added = bool(self.redis.sadd(keys.PAUSED, self.name))
         with contextlib.suppress(redis.ResponseError):
             for entry in self.redis.client_list(_type="normal"):

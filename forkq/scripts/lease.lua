@@ -20,15 +20,17 @@ local function mirror(show)
   if type(shown) == "table" then  -- not a string: not ours to touch
     return
   end
-  if show and (not shown or shown == identity) then
+  if show and shown == identity then
+    redis.call("PEXPIRE", KEYS[2], ttl)
+  elseif show and not shown then
     redis.call("SET", KEYS[2], identity, "PX", ttl)
   elseif not show and shown == identity then
     redis.call("DEL", KEYS[2])
   end
 end
 
-local held = redis.call("TYPE", KEYS[1])["ok"]
 if op == "acquire" then
+  local held = redis.call("TYPE", KEYS[1])["ok"]
   if held == "string" then
     return 0
   end
@@ -39,7 +41,7 @@ if op == "acquire" then
   mirror(true)
   return held == "none" and 1 or 2
 end
-if held ~= "string" or redis.call("GET", KEYS[1]) ~= token then
+if try("GET", KEYS[1]) ~= token then  -- another term, none, or a key of another type
   return 0
 end
 if op == "renew" then

@@ -1,17 +1,21 @@
 """A processor child's heartbeat: a thread that writes the child's state to Redis.
 
-Contract: every :data:`INTERVAL` seconds the thread writes
+Contract: the thread takes a turn every :data:`INTERVAL` seconds and writes a beat,
 ``HSET forkq:beats:<identity> <pid> {"at": <epoch>, "seq": <n>, "job": <job or null>,
-"loops": <n>, "start": <epoch>}`` (``loops``: the main loop's turn count, which the
-scheduler child advances at least once a second; ``start``: when this process started,
-so a restart on the same host can prove it gone, :mod:`forkq.daemon.master.restart_recovery`)
-and ``EXPIRE`` 60 s, and renews the daemon's liveness key while it exists
-(:mod:`forkq.daemon.liveness`). ``seq`` grows by one per beat: the master culls a child
-whose ``seq`` stops changing. The thread keeps beating while the main thread
-runs a job of any length (pure-Python loops release the GIL every few
-milliseconds), so a stale beat means the whole process is stopped (SIGSTOP) or
-stuck in C code that holds the GIL. Redis errors are swallowed: the main thread
-logs outages, and the master does not cull during one.
+"loops": <n>, "start": <epoch>}``, when there is news: the job changed
+since the last beat, job metrics wait to be written, the master is gone, or ``keepalive``
+seconds (a third of ``liveness_timeout``) have passed since the last beat. So an idle child,
+or one running a long job, writes one beat per ``keepalive``, and a busy one at most one per
+turn (``loops``: the main loop's turn count, which the scheduler child advances at least once
+a second; ``start``: when this process started, so a restart on the same host can prove it
+gone, :mod:`forkq.daemon.master.restart_recovery`). The master keeps the hash's 60 s TTL
+and the daemon's liveness key (:mod:`forkq.daemon.liveness`); once it is gone, each beat
+renews both, which keeps the key while the child finishes its job. ``seq`` grows by one per
+beat: the master culls a child whose ``seq`` stops changing for ``liveness_timeout``. The
+thread keeps beating while the main thread runs a job of any length (pure-Python loops
+release the GIL every few milliseconds), so a stale beat means the whole process is
+stopped (SIGSTOP) or stuck in C code that holds the GIL. Redis errors are swallowed: the
+main thread logs outages, and the master does not cull during one.
 
 ``job`` is set by the main thread (one attribute assignment, no lock) before
 and after each job: ``{"queue", "payload" (the raw job bytes, written as a string), "run_at" (int
@@ -75,7 +79,8 @@ class BeatThread:
     """The heartbeat thread of one processor child. Start it after fork, in the child."""
 
     def __init__(self, client: redis.Redis, identity: str, pid: int, *, master_pid: int,
-                 orphan_grace: float, alive_ttl: float = 0.0) -> None:
+                 orphan_grace: float, alive_ttl: float = 0.0,
+                 keepalive: float = INTERVAL) -> None:
         self.job: dict[str, Any] | None = None
         self.loops = 0  # turns of the main loop, for a child whose loop never blocks long
         self._title: Callable[[str], None] | None = None
@@ -90,12 +95,15 @@ class BeatThread:
         self._redis = client
         self._script = script(client, "beat")  # goes through at maxmemory
         self._key = keys.beats(identity)
-        # each beat renews the daemon's liveness key while it exists (forkq.daemon.liveness)
-        self._keys = [self._key, keys.alive(identity)] if alive_ttl else [self._key]
-        self._args = [keys.PROCESS_TTL, int(alive_ttl * 1000)]
+        # once the master is gone, each beat renews the hash's TTL and the daemon's liveness
+        # key (forkq.daemon.liveness), which the master kept
+        self._orphan_keys = [self._key, keys.alive(identity)] if alive_ttl else [self._key]
+        self._orphan_args: list[Any] = [keys.PROCESS_TTL, int(alive_ttl * 1000)]
         self._pid = pid
         self._start = process_proof.start_time(pid)  # with the pid, names this process instance
         self._seq = 0
+        self._keepalive = keepalive
+        self._sent: tuple[float, Any] = (-keepalive, None)  # monotonic time, job of the last beat
         self.metrics = recorder.Recorder()  # the jobs of this child, written with each beat
         self._wake_read, self._wake_write = pipes.pipe(nonblocking=True)
         self._stopped = False
@@ -163,7 +171,8 @@ class BeatThread:
                 except Exception:  # the beats must go on
                     log.exception("heartbeat thread: giving back held jobs failed")
             self._show_job()
-            self.beat()
+            if self._news():
+                self.beat()
             self._sleep()
 
     def _check_master(self) -> None:
@@ -188,10 +197,18 @@ class BeatThread:
             self._title(state)
             self._titled = state
 
+    def _news(self) -> bool:
+        """Whether this turn writes a beat (see the module's doc)."""
+        since, job = self._sent
+        return (self.job is not job or self.metrics.pending()
+                or self._orphaned_at is not None
+                or time.monotonic() - since >= self._keepalive)
+
     def beat(self) -> None:
         """Write one heartbeat; a Redis error skips it."""
         self._seq += 1
         job = self.job
+        self._sent = (time.monotonic(), job)
         if job is not None:
             job = {**job, "payload": job["payload"].decode("utf-8", "replace")}
         entry = json.dumps({"at": time.time(), "seq": self._seq, "job": job,
@@ -200,17 +217,23 @@ class BeatThread:
 
     def _send(self, entry: str | None) -> None:
         """Write the beat ``entry`` (None: none) and the job metrics counted since the last
-        one, in one round trip. A connection error keeps the metrics for the next beat."""
+        one, in one round trip. A connection error keeps the metrics for the next beat.
+
+        While the master lives a beat is one ``HSET``; beat.lua (which frees before it
+        writes) is used only when Redis refuses that for memory, and by an orphan, whose
+        beats also renew the TTLs its master kept."""
         batch = self.metrics.drain()
-        if not batch:
-            if entry is not None:
-                self._beat_script(entry)
-            return
         pipe: Any = self._redis.pipeline(transaction=False)
         if entry is not None:
-            pipe.execute_command("EVALSHA", self._script.sha, len(self._keys), *self._keys,
-                                 self._pid, entry, *self._args)
-        touched = recorder.queue_writes(pipe, batch, time.time())
+            if self._orphaned_at is None:
+                pipe.hset(self._key, str(self._pid), entry)
+            else:
+                pipe.execute_command("EVALSHA", self._script.sha, len(self._orphan_keys),
+                                     *self._orphan_keys, self._pid, entry,
+                                     *self._orphan_args)
+        touched = recorder.queue_writes(pipe, batch, time.time()) if batch else []
+        if not len(pipe):
+            return
         try:
             replies = pipe.execute(raise_on_error=False)
         except redis.ConnectionError:
@@ -219,14 +242,19 @@ class BeatThread:
         except redis.RedisError:  # a timeout: the writes may have landed; not sent again
             return
         if entry is not None:
-            if isinstance(replies[0], redis.exceptions.NoScriptError):
+            if _retry_with_script(replies[0]):
                 self._beat_script(entry)  # loads the script, for the next beats too
             replies = replies[1:]
-        recorder.check_replies(touched, replies)
+        if batch:
+            recorder.check_replies(touched, replies)
 
     def _beat_script(self, entry: str) -> None:
+        script_keys: list[str] = [self._key]
+        args: list[Any] = [""]
+        if self._orphaned_at is not None:
+            script_keys, args = self._orphan_keys, self._orphan_args
         with contextlib.suppress(redis.RedisError):
-            self._script(keys=self._keys, args=[self._pid, entry, *self._args])
+            self._script(keys=script_keys, args=[self._pid, entry, *args])
 
     def _dump_stack(self) -> None:
         job = self.job
@@ -244,3 +272,10 @@ class BeatThread:
             return
         log.warning("TTIN: %s\n%s", printable(doing), logs.stack(frames.get(self._main or 0)),
                     extra=logs.MULTILINE)
+
+
+def _retry_with_script(reply: Any) -> bool:
+    """Whether a beat's reply calls for beat.lua: Redis refused the ``HSET`` for memory
+    (the script frees first), or did not know the script yet."""
+    return isinstance(reply, (redis.exceptions.NoScriptError,
+                              redis.exceptions.OutOfMemoryError))

@@ -11,8 +11,9 @@ The idle wait, the one wait path of a lane that found nothing:
 
 - **one queue**: the fetch that found nothing *armed* the lane's in-flight list, and the
   lane waits inside Redis with a blocking move into it
-  (:class:`~forkq.daemon.children.blocking_wait.BlockingWait`): a push by any client is
-  handed to exactly one waiting lane, and lands in its list in the same step;
+  (:class:`~forkq.daemon.children.blocking_wait.BlockingWait`, :data:`BLOCK_WAIT` at a
+  time): a push by any client is handed to exactly one waiting lane, and lands in its list
+  in the same step. An idle lane costs Redis one command per :data:`BLOCK_WAIT`;
 - **several queues**: the lane holding the daemon's :class:`~forkq.daemon.watch_token.WatchToken`
   waits on the child's key watch (:class:`~forkq.daemon.children.queuewatch.QueueWatch`);
   every other idle lane waits on the token's doorbell, and fetches when it takes the token
@@ -54,7 +55,13 @@ from forkq.scripts import script
 log = logging.getLogger(__name__)
 
 IDLE_WAIT = 2.0
-"""Seconds an idle lane waits before it fetches again on its own."""
+"""Seconds an idle lane waits before it fetches again on its own (several queues, or a
+queue it cannot wait on)."""
+BLOCK_WAIT = 30
+"""Seconds one blocking move waits. One that waited all of it changed nothing: the lane's
+list is still armed and the move is sent again, with no fetch in between; a move that ends
+earlier without a job (``CLIENT UNBLOCK`` by a pause, a connection closed by a take-back or
+the server) is followed by a fetch, which sees the pause, the liveness key and the list."""
 
 
 class Effects(Protocol):
@@ -229,9 +236,13 @@ class RedisEffects:
             self.rest(IDLE_WAIT)
             return None
         self._armed[lane] = False
-        job = self._blocking[lane].wait(int(IDLE_WAIT), self._wake_fd)
-        if job is WAKE:
-            self._woken()
+        while True:
+            began = time.monotonic()
+            job = self._blocking[lane].wait(BLOCK_WAIT, self._wake_fd)
+            if job is WAKE:
+                self._woken()
+            if job is not None or time.monotonic() - began < BLOCK_WAIT:
+                break  # a job, a stop, or woken early (a pause, a take-back): fetch again
         return Fetched(self._single, job) if isinstance(job, bytes) else None
 
     def _watch_or_wait(self) -> None:

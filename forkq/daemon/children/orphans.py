@@ -61,10 +61,14 @@ REFUSALS = Recurring(log)
 """Refusals (a key of the wrong type) reported at most once a minute per key."""
 
 
-def sweep(client: redis.Redis, token: str, *, now: float, own: str = "") -> list[Recovered]:
+def sweep(client: redis.Redis, token: str, *, now: float, own: str = "",
+          full: bool = True) -> list[Recovered]:
     """Recover the in-flight jobs of every dead process and forget it; what was recovered.
     The daemon ``own`` (the leader's) is left alone: its master settles its own children,
     and after a lapse of its liveness it knows its jobs are its own (:mod:`forkq.daemon.liveness`).
+    Without ``full``, only the owners of registered in-flight lists are looked at (a dead
+    process that holds none has nothing to recover: it is forgotten by the next full sweep).
+    A sweep sends a fixed number of commands whatever the size of the fleet (:func:`_dead`).
 
     One bad item never stops the sweep: a list or record whose script Redis refuses (a
     key of the wrong type) is reported, naming the key, and left as it is; the sweep goes
@@ -73,7 +77,8 @@ def sweep(client: redis.Redis, token: str, *, now: float, own: str = "") -> list
     longer holds the lease, and a Redis error when Redis does not answer.
     """
     lists = inflight_by_owner(client)
-    candidates = sorted((set(lists) | _members(client, keys.PROCESSES)) - {own})
+    listed = _members(client, keys.PROCESSES) if full else set()
+    candidates = sorted((set(lists) | listed) - {own})
     recovered: list[Recovered] = []
     for identity in _dead(client, candidates):
         recovered += recover_process(client, token, identity, lists.get(identity, []), now=now)
@@ -156,7 +161,13 @@ def rebuild_registry(client: redis.Redis) -> set[str]:
 def _dead(client: redis.Redis, identities: list[str]) -> list[str]:
     """The identities that are not ``owner_alive`` (guard.lua; recover.lua checks again):
     a forkq daemon whose liveness key lapsed, or a process that keeps none whose process
-    hash and beat hash have both expired."""
+    hash and beat hash have both expired. One ``MGET`` of every liveness key answers for
+    the live daemons of the fleet; only the others are asked about their records."""
+    if not identities:
+        return []
+    found = client.mget([keys.alive(identity) for identity in identities])
+    identities = [identity for identity, value in zip(identities, found, strict=True)
+                  if value is None]  # absent, or of another type (asked below)
     if not identities:
         return []
     with client.pipeline(transaction=False) as pipe:

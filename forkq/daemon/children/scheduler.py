@@ -20,9 +20,10 @@ leader's term has three phases:
 Timeliness: the leader sleeps until the earliest due score, the next renewal,
 sweep or periodic tick, or at most :data:`MAX_SLEEP`; a change to ``schedule``,
 ``retry`` or the lease key wakes it at once (:class:`~forkq.daemon.children.queuewatch.QueueWatch`,
-server-side key tracking, which sees Ruby clients' writes too). A follower sleeps
-until the current lease expires or changes, so it takes over within milliseconds
-of an expiry or a release.
+server-side key tracking, which sees Ruby clients' writes too). Redis is read only when
+something is due or a watched key changed: an idle leader's turn sends nothing. A
+follower sleeps until the current lease expires or changes (then one ``PTTL``), so it
+takes over within milliseconds of an expiry or a release.
 
 Signals: as a processor child — INT, TERM, TSTP and HUP are ignored, USR1 means
 hand over and exit, TTIN / USR2 are served by the heartbeat thread, which also
@@ -57,6 +58,10 @@ MAX_SLEEP = 1.0  # also how fast a scheduler notices its master is gone
 RECONNECT_SETTLE = 12.0  # > a master beat (5 s) plus a child beat (2 s), with slack
 SOCKET_TIMEOUT = 5.0
 WATCHED = ("schedule", "retry", "forkq:leader")
+FULL_SWEEP_EVERY = 10
+"""Every this many sweeps, one also reads ``processes`` (dead processes that hold no
+in-flight list are forgotten) and refiles the failures parked in ``forkq:unfiled``; the
+others read only the in-flight registry."""
 
 
 class Scheduler:
@@ -72,8 +77,13 @@ class Scheduler:
         self._connected_since = 0.0  # monotonic: since when Redis has answered every call
         self._next_renew = 0.0  # monotonic
         self._next_sweep = 0.0  # monotonic
+        self._sweeps = 0  # in this term: every FULL_SWEEP_EVERY-th one is full
         self._next_tick = 0.0  # epoch: when a periodic job is next due
         self._next_sample = 0.0  # epoch: when the queues are next sampled (once a minute)
+        self._changed = True  # a watched key may have changed since the last turn
+        self._due: float | None = None  # the earliest due score read, when still known
+        self._due_known = False
+        self._campaign_at = 0.0  # monotonic: when the lease a follower saw expires
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -84,7 +94,7 @@ class Scheduler:
             while not self.stopping:
                 self._beat.loops += 1  # the master culls a scheduler whose loop stalls
                 wait = self._guarded(lambda: self.loop_once(time.monotonic()))
-                self._watch.wait(MAX_SLEEP if wait is None else wait, self._pipe.fd)
+                self._await_change(MAX_SLEEP if wait is None else wait)
                 self._check_signals()
         finally:
             self._hand_over()
@@ -101,6 +111,15 @@ class Scheduler:
         self.lease = Lease(self.redis, identity=self.identity, pid=os.getpid(),
                            ttl=liveness.lease_ttl(self.config))
         self._watch = QueueWatch(self.redis, WATCHED)
+
+    def _await_change(self, timeout: float) -> None:
+        """Wait on the key watch up to ``timeout``; a wait that ended early (a watched key
+        changed, a signal, a reopened watch) or a watch that polls marks the next turn as
+        one that reads Redis again (:attr:`_changed`)."""
+        began = time.monotonic()
+        self._watch.wait(timeout, self._pipe.fd)
+        self._changed = (self._watch.fileno() is None
+                         or time.monotonic() - began < timeout)
 
     def _check_signals(self) -> None:
         if STOP_SIGNAL in self._pipe.drain():  # the master's, or the heartbeat thread's
@@ -127,8 +146,8 @@ class Scheduler:
             if self.lease.token is not None and not self.lease.renew():  # after a slow turn
                 self._step_down("the lease expired before it was renewed")
             if self.lease.token is None:
-                if not self.lease.acquire():
-                    return min(MAX_SLEEP, max(self.lease.holder_ttl(), 0.01))
+                if not self._campaign(now):
+                    return min(MAX_SLEEP, max(self._campaign_at - now, 0.01))
                 self._inaugurate(now)
         try:
             return self._act(now)
@@ -136,13 +155,27 @@ class Scheduler:
             self._step_down(f"the lease was lost ({exc})")
             return 0.0
 
+    def _campaign(self, now: float) -> bool:
+        """A follower's turn: True once it took the lease. Redis is asked only when the lease
+        key changed (a release, a new term, a renewal) or the term it saw has run out: the
+        remaining TTL first (one ``PTTL``), the lease only when it is free."""
+        if not self._changed and now < self._campaign_at:
+            return False
+        remaining = self.lease.holder_ttl()
+        if remaining <= 0 and self.lease.acquire():
+            return True
+        self._campaign_at = now + max(remaining, 0.01)
+        return False
+
     def _inaugurate(self, now: float) -> None:
         log.info("took office as the scheduler leader (lease %gs, term %s)",
                  self.lease.ttl, self.lease.token)
         self._title("leader")
         self._next_renew = now + liveness.renew_interval(self.config)
         self._next_sweep = now
+        self._sweeps = 0
         self._next_tick = 0.0
+        self._due_known = False
 
     def _step_down(self, why: str) -> None:
         log.warning("no longer the scheduler leader: %s", why)
@@ -156,14 +189,13 @@ class Scheduler:
                 raise LeaseLostError("renewal refused")
             self._next_renew = now + liveness.renew_interval(self.config)
         wall = time.time()
-        earliest = due_jobs.next_due(self.redis)
-        if earliest is not None and earliest <= wall:
-            moved = due_jobs.move_due(self.redis, self._token(), wall)
-            log.debug("moved %d due jobs", moved)
-            earliest = due_jobs.next_due(self.redis)
+        earliest = self._move_due(wall)
         if now >= self._sweep_time():
-            orphans.sweep(self.redis, self._token(), now=wall, own=self.identity)
-            unfiled.refile(self.redis, now=wall)
+            full = self._sweeps % FULL_SWEEP_EVERY == 0
+            orphans.sweep(self.redis, self._token(), now=wall, own=self.identity, full=full)
+            if full:
+                unfiled.refile(self.redis, now=wall)
+            self._sweeps += 1
             self._next_sweep = now + liveness.sweep_interval(self.config)
         if self.config.periodic and wall >= self._next_tick:
             self._periodic(wall)
@@ -172,6 +204,20 @@ class Scheduler:
             sampler.sample(self.redis, wall)
             self._next_sample = layout.minute_of(wall) + 60
         return self._sleep(now, wall, earliest)
+
+    def _move_due(self, wall: float) -> float | None:
+        """Move the due ``schedule`` / ``retry`` jobs; the earliest score left. The sets are
+        read only when one changed, a job came due, or after a new term or a reconnection:
+        an idle leader's turn sends nothing."""
+        due = self._due
+        if self._changed or not self._due_known or (due is not None and due <= wall):
+            due = due_jobs.next_due(self.redis)
+            if due is not None and due <= wall:
+                moved = due_jobs.move_due(self.redis, self._token(), wall)
+                log.debug("moved %d due jobs", moved)
+                due = due_jobs.next_due(self.redis)
+            self._due, self._due_known = due, True
+        return due
 
     def _sweep_time(self) -> float:
         """When the next orphan sweep may run: its interval, and never before Redis has
@@ -251,6 +297,7 @@ class Scheduler:
 
     def _reconnected(self) -> None:
         self._connected_since = time.monotonic()
+        self._due_known = False
 
     def _title(self, state: str) -> None:
         child_process.set_title(self.config, "scheduler", state)

@@ -2,7 +2,8 @@
 kill them (pure).
 
 The request is a jid in ``forkq:cancels`` (:mod:`forkq.ops.cancel`). The master reads the
-pending jids when that key changes (its watch) and at least every second, and the in-flight
+pending jids when that key changes (its watch), and every second while some stand or while
+the watch cannot be opened, and the in-flight
 lists of its children; :func:`to_stop` names the children running a cancelled job, each with
 the jid it runs. A child is stopped only for the job it *runs*: for a one-job processor the
 first job of its list that it has not completed (its slot's

@@ -129,6 +129,7 @@ class RedisStore:
     identity: str
     registry: Registry
     rng: random.Random = field(default_factory=random.Random)
+    rtt_us: int = 0
     cancel_watch: QueueWatch = field(init=False)
 
     def __post_init__(self) -> None:
@@ -150,8 +151,11 @@ class RedisStore:
 
     def write_record(self, *, info: str, busy: dict[str, str], quiet: bool, rss_kb: int,
                      concurrency: int, failover: float) -> Beat:
-        return heartbeats.beat(self.client, self.identity, info=info, busy=busy, quiet=quiet,
-                               rss_kb=rss_kb, concurrency=concurrency, failover=failover)
+        wrote = heartbeats.beat(self.client, self.identity, info=info, busy=busy, quiet=quiet,
+                                rss_kb=rss_kb, concurrency=concurrency, failover=failover,
+                                rtt_us=self.rtt_us)
+        self.rtt_us = wrote.rtt_us  # the record's rtt_us: the round trip of the one before
+        return wrote
 
     def leads(self) -> bool:
         return lease.leads(lease.holder(self.client), self.identity)

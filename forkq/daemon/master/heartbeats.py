@@ -84,6 +84,7 @@ class Beat:
 
     signal: str | None
     refused: list[tuple[str, str]]
+    rtt_us: int = 0  # how long the write's round trip took (the next record's ``rtt_us``)
 
 
 def beat(
@@ -96,6 +97,7 @@ def beat(
     rss_kb: int,
     concurrency: int,
     failover: float = 0.0,
+    rtt_us: int = 0,
 ) -> Beat:
     """Write the process record and busy hashes; pop one remote signal (``record.lua``).
 
@@ -103,9 +105,6 @@ def beat(
     refuses (of the wrong type) does not stop the others, so ``processes`` made a hash by
     someone still leaves the process hash, the busy hashes and remote signals working; the
     refusals are returned by key."""
-    started = time.perf_counter()
-    client.ping()
-    rtt_us = int((time.perf_counter() - started) * 1e6)
     record: dict[str, Any] = {
         "info": info, "busy": len(busy), "beat": repr(time.time()),
         "quiet": "true" if quiet else "false", "rss": rss_kb, "rtt_us": rtt_us,
@@ -114,13 +113,16 @@ def beat(
     if failover:
         record[keys.FAILOVER_FIELD] = repr(failover)
     args = [keys.PROCESS_TTL, 2 * len(record), *_pairs(record), *_pairs(busy)]
+    started = time.perf_counter()
     reply = script(client, "record")(
-        keys=[keys.PROCESSES, identity, *keys.workers(identity), keys.signals(identity)],
+        keys=[keys.PROCESSES, identity, *keys.workers(identity), keys.signals(identity),
+              keys.beats(identity)],
         args=args)
+    took_us = int((time.perf_counter() - started) * 1e6)
     popped, refused = reply[0], reply[1:]
     return Beat(popped.decode("utf-8", "replace") if isinstance(popped, bytes) else None,
                 [(text(key), text(error)) for key, error in zip(refused[::2], refused[1::2],
-                                                                 strict=True)])
+                                                                 strict=True)], took_us)
 
 
 def _pairs(mapping: dict[str, Any]) -> list[Any]:

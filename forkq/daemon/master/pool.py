@@ -62,7 +62,8 @@ from forkq.wording import counted
 log = logging.getLogger(__name__)
 
 BOOT_ATTEMPTS = 5
-HEALTH_SLACK = 2.0  # seconds a stale child may wait for the next watch to cull it
+HEALTH_SLACK = 3.0  # seconds a stale child may wait for the next watch to cull it (2 s apart
+# while every child is idle)
 
 
 class Pool:

@@ -63,7 +63,8 @@ T = TypeVar("T")
 
 LOOP_WAIT = 1.0
 STALL_SLACK = 5.0  # a turn that begins later than this after its wait was due: a stall
-WATCH_INTERVAL = 1.0  # read the children's heartbeats
+WATCH_INTERVAL = 1.0  # read the children's heartbeats while one of them runs a job
+IDLE_WATCH_INTERVAL = 2.0  # ... while every child was idle at the last read
 BEAT_INTERVAL = 5.0  # write the process record (Sidekiq 6: 5 s)
 REQUEUE_GRACE = 10.0  # after the stop deadline, how long to keep retrying Redis
 
@@ -113,6 +114,7 @@ class Supervisor:
         self._refused = Recurring(log)  # keys of the process record Redis refuses
         self._status = ""
         self._leader = False
+        self._cancels_pending = True  # the last read of forkq:cancels found some (or none yet)
         self._liveness = liveness.Liveness(config)
         self.actions: dict[signal.Signals, Callable[[], None]] = {
             signal.SIGTERM: self.on_stop,
@@ -246,7 +248,7 @@ class Supervisor:
         now = self._clock.monotonic()
         self._check_stall(now, planned)  # before the children are judged
         if now >= self._next_watch:
-            self._next_watch = now + WATCH_INTERVAL
+            self._next_watch = now + self._watch_interval()
             self._watch(now)
         if self.pool.halt_reason and self.stop_deadline is None:
             self.on_stop()
@@ -395,7 +397,17 @@ class Supervisor:
             self._fresh_window(now)
         self.pool.watch(beats, now)
         self.scheduler.watch(beats, now)
-        self._stop_cancelled()
+        if self._cancels_pending or not self._cancel_watch_fds():
+            self._stop_cancelled()  # else a new request rings the cancel watch
+
+    def _watch_interval(self) -> float:
+        """How long until the children's beats are read again: :data:`WATCH_INTERVAL` while
+        one runs a job (its ``job_timeout``, a cancellation's grace), a cancellation stands,
+        or the cancel watch cannot be opened; else :data:`IDLE_WATCH_INTERVAL` (a job that
+        starts is seen within it)."""
+        if self.pool.busy_count() or self._cancels_pending or not self._cancel_watch_fds():
+            return WATCH_INTERVAL
+        return IDLE_WATCH_INTERVAL
 
     def _cancel_watch_fds(self) -> list[int]:
         # not guarded: it swallows its own Redis errors, so the guard would count every call
@@ -404,9 +416,12 @@ class Supervisor:
 
     def _stop_cancelled(self) -> None:
         """Kill the children running a job someone cancelled (:mod:`.cancels`)."""
-        self._guarded(lambda: self.pool.stop_cancelled(
-            self.store.pending_cancels(self._clock.time())),
-            f"looking for cancelled jobs ({keys.CANCELS})")
+        def stop() -> None:
+            pending = self.store.pending_cancels(self._clock.time())
+            self._cancels_pending = bool(pending)
+            self.pool.stop_cancelled(pending)
+
+        self._guarded(stop, f"looking for cancelled jobs ({keys.CANCELS})")
 
     def _check_stall(self, now: float, planned: float) -> None:
         """A turn that reaches this check more than STALL_SLACK later than its wait of
