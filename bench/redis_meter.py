@@ -24,6 +24,8 @@ class Reading:
     processed: int  # total_commands_processed: what clients sent (a script is one)
     calls: dict[str, int]  # commandstats calls per command, scripts' inner calls included
     cpu: float  # used_cpu_sys + used_cpu_user, seconds
+    usec: int = 0  # commandstats usec but INFO's: time running commands (at most: a script's
+    # inner commands count in their own rows and in the script's)
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class Usage:
     sent_per_second: float  # commands clients sent
     run_per_second: float  # every command run, scripts' inner calls included
     cpu_percent: float  # of one core
+    command_percent: float  # of one core, running commands, at most (the rest: I/O, timers)
     per_command: dict[str, float]  # command -> calls per second, busiest first
 
 
@@ -44,8 +47,10 @@ def read(r: redis.Redis) -> Reading:
     cpu = r.info("cpu")
     calls = {name.removeprefix("cmdstat_"): int(fields["calls"])
              for name, fields in commands.items()}
+    usec = sum(int(fields["usec"]) for name, fields in commands.items()
+               if name != "cmdstat_info")
     return Reading(time.monotonic(), int(stats["total_commands_processed"]), calls,
-                   float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]))
+                   float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]), usec)
 
 
 def between(first: Reading, second: Reading) -> Usage:
@@ -57,7 +62,8 @@ def between(first: Reading, second: Reading) -> Usage:
                    sorted(calls.items(), key=lambda item: -item[1]) if count > 0}
     sent = second.processed - first.processed - OWN_CALLS
     return Usage(seconds, sent / seconds, sum(per_command.values()),
-                 100.0 * (second.cpu - first.cpu) / seconds, per_command)
+                 100.0 * (second.cpu - first.cpu) / seconds,
+                 100.0 * (second.usec - first.usec) / 1e6 / seconds, per_command)
 
 
 def breakdown(usage: Usage, top: int = 40) -> str:

@@ -26,6 +26,7 @@ keys are written.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import redis
@@ -51,6 +52,7 @@ class QueueWatch:
         self._conn: Any = None
         self._refused = False
         self._paused = False
+        self.ignored: frozenset[bytes] = frozenset()  # keys whose changes wake nobody
 
     def open(self) -> None:
         """Arm the watch (before the first fetch). A server that refuses tracking switches
@@ -105,8 +107,13 @@ class QueueWatch:
                 return False
             if self._drain():
                 return False
-            readable = pipes.readable([self._conn._sock.fileno(), wake_fd], timeout)
-            self._drain()
+            deadline = time.monotonic() + timeout
+            while True:  # a change of an ignored key only does not end the wait
+                readable = pipes.readable([self._conn._sock.fileno(), wake_fd],
+                                          max(deadline - time.monotonic(), 0.0))
+                news = self._drain()
+                if news or wake_fd in readable or not readable:
+                    break
         except Exception:  # noqa: BLE001 - drop the connection; reopened on next wait
             self.close()
             return False
@@ -174,12 +181,20 @@ class QueueWatch:
                 return
 
     def _drain(self) -> bool:
-        """Consume pending invalidations; True if there were any."""
+        """Consume pending invalidations; True if one named a key not in :attr:`ignored`
+        (or none: a flush)."""
         seen = False
         while self._conn.can_read(timeout=0):
-            self._conn.read_response()
-            seen = True
+            seen = self._news(self._conn.read_response()) or seen
         return seen
+
+    def _news(self, message: Any) -> bool:
+        """Whether an invalidation message (``[message, channel, [key, ...] or nil]``)
+        tells of a change that is not ignored."""
+        if not self.ignored or not isinstance(message, list) or len(message) != 3:
+            return True
+        changed = message[2]
+        return not isinstance(changed, list) or any(key not in self.ignored for key in changed)
 
     def close(self) -> None:
         """Drop the watch connection."""

@@ -58,6 +58,7 @@ MAX_SLEEP = 1.0  # also how fast a scheduler notices its master is gone
 RECONNECT_SETTLE = 12.0  # > a master beat (5 s) plus a child beat (2 s), with slack
 SOCKET_TIMEOUT = 5.0
 WATCHED = ("schedule", "retry", "forkq:leader")
+LEADER_KEY = frozenset({keys.LEADER.encode()})
 FULL_SWEEP_EVERY = 10
 """Every this many sweeps, one also reads ``processes`` (dead processes that hold no
 in-flight list are forgotten) and refiles the failures parked in ``forkq:unfiled``; the
@@ -176,10 +177,12 @@ class Scheduler:
         self._sweeps = 0
         self._next_tick = 0.0
         self._due_known = False
+        self._watch.ignored = LEADER_KEY  # its own renewals: nothing for the leader to read
 
     def _step_down(self, why: str) -> None:
         log.warning("no longer the scheduler leader: %s", why)
         self.lease.step_down()
+        self._watch.ignored = frozenset()
         self._title("follower")
 
     def _act(self, now: float) -> float:
