@@ -41,6 +41,7 @@ from forkq import keys
 from forkq.config import Config
 from forkq.daemon import liveness
 from forkq.daemon.children.effects import BLOCK_WAIT
+from forkq.daemon.children.scheduler import FOLLOWER_WATCH
 from forkq.daemon.master.supervisor import BEAT_INTERVAL, IDLE_WATCH_INTERVAL
 from forkq.scripts import source
 
@@ -114,8 +115,9 @@ async def run_master(r: aioredis.Redis, daemon: SimulatedDaemon) -> list[asyncio
     async def watch() -> None:
         await r.hgetall(keys.beats(daemon.identity))
 
-    async def renew() -> None:
-        await r.pexpire(keys.alive(daemon.identity), ttl_ms)
+    async def renew() -> None:  # a SET, not the PEXPIRE of a real master: a simulator that
+        # fell behind (a host busy starting real daemons) comes back rather than lies dead
+        await r.set(keys.alive(daemon.identity), "1", px=ttl_ms)
 
     return [asyncio.create_task(every(BEAT_INTERVAL, record)),
             asyncio.create_task(every(IDLE_WATCH_INTERVAL, watch)),
@@ -157,15 +159,16 @@ async def _open(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
 
 
 async def run_follower(url: str, r: aioredis.Redis) -> None:
-    """The scheduler follower's lease watch: key tracking on ``schedule``, ``retry`` and
-    ``forkq:leader`` redirected to itself, as
+    """The scheduler follower's lease watch: key tracking on ``forkq:leader`` redirected to
+    itself, as
     :class:`~forkq.daemon.children.queuewatch.QueueWatch` does; a ``PTTL`` for every batch
     of invalidations that arrives (a stream of its own: only "something arrived" matters)."""
     reader, writer = await _open(url)
     writer.write(_command("CLIENT", "ID"))
     client_id = int((await reader.readline())[1:])
+    prefixes = [word for prefix in FOLLOWER_WATCH for word in ("PREFIX", prefix)]
     writer.write(_command("CLIENT", "TRACKING", "on", "REDIRECT", client_id, "BCAST",
-                          "PREFIX", "schedule", "PREFIX", "retry", "PREFIX", keys.LEADER))
+                          *prefixes))
     await reader.readline()
     writer.write(_command("SUBSCRIBE", "__redis__:invalidate"))
     for _ in range(7):  # *3, $9 subscribe, $20 channel, :1
@@ -186,7 +189,9 @@ def _report(task: asyncio.Task[Any]) -> None:
 
 async def main_async(url: str, count: int, concurrency: int) -> None:
     global RECORD_SHA
-    r = aioredis.Redis.from_url(url, max_connections=64)
+    # the daemons' periodic commands share 64 connections (a step waits for a free one)
+    r = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
+        url, max_connections=64, timeout=None))
     RECORD_SHA = await r.script_load(source("record"))
     daemons = [SimulatedDaemon(number, concurrency) for number in range(count)]
     tasks: list[asyncio.Task[Any]] = []

@@ -92,7 +92,7 @@ def test_bench_fleet_prints_every_figure_with_real_and_simulated_daemons(tmp_pat
                     r"lone daemon, idle job latency: p50 [\d.]+ ms",
                     r"idle, 3 s: Redis [\d,]+ commands/s sent",
                     r"Redis memory per daemon: [\d.]+ KiB",
-                    r"leader's sweep \(full\): [\d.]+ ms \(0 recovered\)",
+                    r"leader's sweep \(full, 1 in 10\): [\d.]+ ms, 0 dead found",
                     r"forkq status: [\d.]+ ms \(7 processes\)",
                     r"dashboard busy \(/busy\): [\d.]+ ms",
                     r"dashboard metrics \(/metrics\): [\d.]+ ms, \d+ KiB",

@@ -68,7 +68,7 @@ def sweep(client: redis.Redis, token: str, *, now: float, own: str = "",
     and after a lapse of its liveness it knows its jobs are its own (:mod:`forkq.daemon.liveness`).
     Without ``full``, only the owners of registered in-flight lists are looked at (a dead
     process that holds none has nothing to recover: it is forgotten by the next full sweep).
-    A sweep sends a fixed number of commands whatever the size of the fleet (:func:`_dead`).
+    A sweep sends a fixed number of commands whatever the size of the fleet (:func:`dead_owners`).
 
     One bad item never stops the sweep: a list or record whose script Redis refuses (a
     key of the wrong type) is reported, naming the key, and left as it is; the sweep goes
@@ -77,12 +77,19 @@ def sweep(client: redis.Redis, token: str, *, now: float, own: str = "",
     longer holds the lease, and a Redis error when Redis does not answer.
     """
     lists = inflight_by_owner(client)
-    listed = _members(client, keys.PROCESSES) if full else set()
-    candidates = sorted((set(lists) | listed) - {own})
+    candidates = owners(client, lists, own=own, full=full)
     recovered: list[Recovered] = []
-    for identity in _dead(client, candidates):
+    for identity in dead_owners(client, candidates):
         recovered += recover_process(client, token, identity, lists.get(identity, []), now=now)
     return recovered
+
+
+def owners(client: redis.Redis, lists: dict[str, list[str]], *, own: str = "",
+           full: bool = True) -> list[str]:
+    """The processes a sweep looks at: the owners of ``lists`` (:func:`inflight_by_owner`)
+    and, when ``full``, every member of ``processes``; never ``own``."""
+    listed = _members(client, keys.PROCESSES) if full else set()
+    return sorted((set(lists) | listed) - {own})
 
 
 def recover_process(client: redis.Redis, token: str | None, identity: str,
@@ -158,7 +165,7 @@ def rebuild_registry(client: redis.Redis) -> set[str]:
     return found
 
 
-def _dead(client: redis.Redis, identities: list[str]) -> list[str]:
+def dead_owners(client: redis.Redis, identities: list[str]) -> list[str]:
     """The identities that are not ``owner_alive`` (guard.lua; recover.lua checks again):
     a forkq daemon whose liveness key lapsed, or a process that keeps none whose process
     hash and beat hash have both expired. One ``MGET`` of every liveness key answers for

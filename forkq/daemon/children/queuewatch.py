@@ -5,8 +5,8 @@ broadcast invalidations of every key under some prefixes (``CLIENT TRACKING ON
 REDIRECT <itself> BCAST PREFIX queue:``, Redis >= 6.0 / Valkey) and subscribes to
 ``__redis__:invalidate``. Any write to such a key, by any client (Ruby's too),
 makes that connection readable within a millisecond, so an idle processor
-blocks in ``poll`` and fetches again when woken. The scheduler watches
-``schedule``, ``retry`` and ``forkq:leader`` the same way. Messages only ever cause an
+blocks in ``poll`` and fetches again when woken. The scheduler leader watches ``schedule``
+and ``retry`` the same way, a follower ``forkq:leader``. Messages only ever cause an
 extra fetch, never a missed one: the watch is armed before the processor's
 first fetch and stays armed.
 
@@ -26,7 +26,6 @@ keys are written.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import redis
@@ -52,7 +51,6 @@ class QueueWatch:
         self._conn: Any = None
         self._refused = False
         self._paused = False
-        self.ignored: frozenset[bytes] = frozenset()  # keys whose changes wake nobody
 
     def open(self) -> None:
         """Arm the watch (before the first fetch). A server that refuses tracking switches
@@ -107,13 +105,8 @@ class QueueWatch:
                 return False
             if self._drain():
                 return False
-            deadline = time.monotonic() + timeout
-            while True:  # a change of an ignored key only does not end the wait
-                readable = pipes.readable([self._conn._sock.fileno(), wake_fd],
-                                          max(deadline - time.monotonic(), 0.0))
-                news = self._drain()
-                if news or wake_fd in readable or not readable:
-                    break
+            readable = pipes.readable([self._conn._sock.fileno(), wake_fd], timeout)
+            self._drain()
         except Exception:  # noqa: BLE001 - drop the connection; reopened on next wait
             self.close()
             return False
@@ -181,20 +174,12 @@ class QueueWatch:
                 return
 
     def _drain(self) -> bool:
-        """Consume pending invalidations; True if one named a key not in :attr:`ignored`
-        (or none: a flush)."""
+        """Consume pending invalidations; True if there were any."""
         seen = False
         while self._conn.can_read(timeout=0):
-            seen = self._news(self._conn.read_response()) or seen
+            self._conn.read_response()
+            seen = True
         return seen
-
-    def _news(self, message: Any) -> bool:
-        """Whether an invalidation message (``[message, channel, [key, ...] or nil]``)
-        tells of a change that is not ignored."""
-        if not self.ignored or not isinstance(message, list) or len(message) != 3:
-            return True
-        changed = message[2]
-        return not isinstance(changed, list) or any(key not in self.ignored for key in changed)
 
     def close(self) -> None:
         """Drop the watch connection."""

@@ -18,8 +18,8 @@ leader's term has three phases:
    master's death, release the lease so a follower takes it at once.
 
 Timeliness: the leader sleeps until the earliest due score, the next renewal,
-sweep or periodic tick, or at most :data:`MAX_SLEEP`; a change to ``schedule``,
-``retry`` or the lease key wakes it at once (:class:`~forkq.daemon.children.queuewatch.QueueWatch`,
+sweep or periodic tick, or at most :data:`MAX_SLEEP`; a change to ``schedule`` or
+``retry`` wakes it at once (:class:`~forkq.daemon.children.queuewatch.QueueWatch`,
 server-side key tracking, which sees Ruby clients' writes too). Redis is read only when
 something is due or a watched key changed: an idle leader's turn sends nothing. A
 follower sleeps until the current lease expires or changes (then one ``PTTL``), so it
@@ -57,8 +57,11 @@ log = logging.getLogger(__name__)
 MAX_SLEEP = 1.0  # also how fast a scheduler notices its master is gone
 RECONNECT_SETTLE = 12.0  # > a master beat (5 s) plus a child beat (2 s), with slack
 SOCKET_TIMEOUT = 5.0
-WATCHED = ("schedule", "retry", "forkq:leader")
-LEADER_KEY = frozenset({keys.LEADER.encode()})
+LEADER_WATCH = ("schedule", "retry")
+"""What the leader's key watch follows: the sets it moves due jobs from."""
+FOLLOWER_WATCH = (keys.LEADER,)
+"""What a follower's key watch follows: the lease (a release, a new term, a renewal). A
+write to ``schedule`` or ``retry`` wakes the leader alone, not every daemon of the fleet."""
 FULL_SWEEP_EVERY = 10
 """Every this many sweeps, one also reads ``processes`` (dead processes that hold no
 in-flight list are forgotten) and refiles the failures parked in ``forkq:unfiled``; the
@@ -111,7 +114,7 @@ class Scheduler:
         self._beat = basics.beat
         self.lease = Lease(self.redis, identity=self.identity, pid=os.getpid(),
                            ttl=liveness.lease_ttl(self.config))
-        self._watch = QueueWatch(self.redis, WATCHED)
+        self._watch = QueueWatch(self.redis, FOLLOWER_WATCH)
 
     def _await_change(self, timeout: float) -> None:
         """Wait on the key watch up to ``timeout``; a wait that ended early (a watched key
@@ -121,6 +124,12 @@ class Scheduler:
         self._watch.wait(timeout, self._pipe.fd)
         self._changed = (self._watch.fileno() is None
                          or time.monotonic() - began < timeout)
+
+    def _watch_for(self, prefixes: tuple[str, ...]) -> None:
+        """Watch ``prefixes`` from now on (a new connection: its first wait returns at once,
+        so the next turn reads what it must)."""
+        self._watch.close()
+        self._watch = QueueWatch(self.redis, prefixes)
 
     def _check_signals(self) -> None:
         if STOP_SIGNAL in self._pipe.drain():  # the master's, or the heartbeat thread's
@@ -177,12 +186,12 @@ class Scheduler:
         self._sweeps = 0
         self._next_tick = 0.0
         self._due_known = False
-        self._watch.ignored = LEADER_KEY  # its own renewals: nothing for the leader to read
+        self._watch_for(LEADER_WATCH)
 
     def _step_down(self, why: str) -> None:
         log.warning("no longer the scheduler leader: %s", why)
         self.lease.step_down()
-        self._watch.ignored = frozenset()
+        self._watch_for(FOLLOWER_WATCH)
         self._title("follower")
 
     def _act(self, now: float) -> float:
