@@ -16,8 +16,8 @@ drift apart):
   :data:`~forkq.daemon.children.effects.BLOCK_WAIT` seconds, on a connection of its own, on
   a queue of its own (``queue:fleet-sim``, which nothing pushes to: the jobs of the
   measurement go to the real daemons only);
-- its scheduler follower watches ``forkq:leader`` with key tracking on a connection of its
-  own and asks ``PTTL`` whenever it changes (each renewal of the real leader's lease).
+- its scheduler follower listens, on a connection of its own, to the channel on which a
+  leader hands over, and asks the lease's ``PTTL`` whenever the term it saw should end.
 
 Phases are spread at random, as daemons started at different moments are.
 """
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import secrets
@@ -41,7 +42,6 @@ from forkq import keys
 from forkq.config import Config
 from forkq.daemon import liveness
 from forkq.daemon.children.effects import BLOCK_WAIT
-from forkq.daemon.children.scheduler import FOLLOWER_WATCH
 from forkq.daemon.master.supervisor import BEAT_INTERVAL, IDLE_WATCH_INTERVAL
 from forkq.scripts import source
 
@@ -159,22 +159,20 @@ async def _open(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
 
 
 async def run_follower(url: str, r: aioredis.Redis) -> None:
-    """The scheduler follower's lease watch: key tracking on ``forkq:leader`` redirected to
-    itself, as
-    :class:`~forkq.daemon.children.queuewatch.QueueWatch` does; a ``PTTL`` for every batch
-    of invalidations that arrives (a stream of its own: only "something arrived" matters)."""
+    """The scheduler follower: subscribed to the channel on which a leader hands over, on a
+    stream of its own (:class:`~forkq.daemon.children.queuewatch.QueueWatch` without
+    prefixes), and a ``PTTL`` of the lease whenever the term it saw should have ended (or a
+    message arrived), as :meth:`~forkq.daemon.children.scheduler.Scheduler._campaign`."""
     reader, writer = await _open(url)
-    writer.write(_command("CLIENT", "ID"))
-    client_id = int((await reader.readline())[1:])
-    prefixes = [word for prefix in FOLLOWER_WATCH for word in ("PREFIX", prefix)]
-    writer.write(_command("CLIENT", "TRACKING", "on", "REDIRECT", client_id, "BCAST",
-                          *prefixes))
-    await reader.readline()
-    writer.write(_command("SUBSCRIBE", "__redis__:invalidate"))
-    for _ in range(7):  # *3, $9 subscribe, $20 channel, :1
+    writer.write(_command("SUBSCRIBE", keys.LEADER_RELEASED))
+    for _ in range(6):  # *3, $9 subscribe, $<n> channel, :1
         await reader.readline()
-    while await reader.read(65536):
-        await r.pttl(keys.LEADER)
+    while True:
+        ttl = int(await r.pttl(keys.LEADER))
+        remaining = ttl / 1000 if ttl > 0 else 1.0  # no leader: it would campaign each second
+        with contextlib.suppress(asyncio.TimeoutError):
+            if not await asyncio.wait_for(reader.read(65536), remaining):
+                return
 
 
 RECORD_SHA = ""

@@ -155,6 +155,9 @@ STAT_FAILED = "stat:failed"
 INFLIGHT_REGISTRY = "forkq:inflight"
 UNFILED = "forkq:unfiled"
 LEADER = "forkq:leader"
+LEADER_RELEASED = "forkq:leader-released"
+"""The channel on which a leader that hands over says so (lease.lua): followers subscribe to
+it, so they take over at once without watching every renewal of the lease."""
 DEAR_LEADER = "dear-leader"
 PERIODIC = "forkq:periodic"
 

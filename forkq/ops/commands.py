@@ -73,7 +73,7 @@ def status(client: redis.Redis, args: argparse.Namespace) -> Outcome:
     processes = ProcessSet(client)
     live = processes.live()
     work = processes.work(live)
-    stats, paused, damage = _totals(client, now)
+    stats, paused, damage = _totals(client, now, busy=sum(p.busy for p in live))
     queues = _queue_rows(stats, paused)
     data = {"processes": [p.summary() for p in live], "busy": [w.summary() for w in work],
             "queues": queues, "stats": stats.summary(), "damaged": damage.keys}
@@ -107,12 +107,13 @@ class Damage:
         return EXIT_FAILURE if self.keys else EXIT_OK
 
 
-def _totals(client: redis.Redis, now: float | None = None) -> tuple[Stats, set[str], Damage]:
+def _totals(client: redis.Redis, now: float | None = None, *,
+            busy: int | None = None) -> tuple[Stats, set[str], Damage]:
     """The totals and the paused queues' names; a damaged key (a queue that is no list, a
     counter that is no number, a paused-queues key that is no set) reads as empty and is
     named, and the rest still shows (one bad key never hides the others)."""
     damaged: list[str] = []
-    stats = Stats.read(client, now, damaged=damaged)
+    stats = Stats.read(client, now, damaged=damaged, busy=busy)
     try:
         paused = Queue.paused_names(client)
     except ForkqError:

@@ -34,6 +34,7 @@ from forkq.wording import counted
 log = logging.getLogger(__name__)
 
 FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us", "concurrency")
+FIELD_BYTES = tuple(name.encode() for name in FIELDS)
 SIGNALS = {"quiet": "TSTP", "stop": "TERM", "dump": "TTIN", "reload": "HUP"}
 FORKQ_ONLY = frozenset({"reload"})  # Sidekiq does not trap HUP: it would die of it
 
@@ -189,10 +190,12 @@ class ProcessSet:
             return []
         identities = sorted(text(i) for i in members)
         with self.redis.pipeline(transaction=False) as pipe:
-            for identity in identities:
-                pipe.hmget(identity, list(FIELDS))
+            for identity in identities:  # HGETALL: one argument to encode, not eight
+                pipe.hgetall(identity)
             pipe.get(keys.DEAR_LEADER)
-            *records, leader = pipe.execute(raise_on_error=False)
+            *hashes, leader = pipe.execute(raise_on_error=False)
+        records = [found if isinstance(found, Exception) else _fields(found)
+                   for found in hashes]
         if not isinstance(leader, bytes | str):
             leader = b""
         found: list[Process] = []
@@ -255,8 +258,10 @@ class ProcessSet:
     def work(self, processes: list[Process] | None = None) -> list[Work]:
         """Every busy processor of ``processes`` (default: the live ones), oldest job first, in
         one round trip; both busy hashes are read (6.4.1 writes ``:workers``, 6.4.2+ ``:work``;
-        forkq writes both)."""
-        identities = [p.identity for p in (self.live() if processes is None else processes)]
+        forkq writes both), of the processes whose record counts a busy one (a record and
+        its busy hashes are written in the same step): an idle fleet costs no read."""
+        identities = [p.identity for p in (self.live() if processes is None else processes)
+                      if p.busy]
         owners = [identity for identity in identities for _ in keys.workers(identity)]
         with self.redis.pipeline(transaction=False) as pipe:
             for identity in identities:
@@ -273,6 +278,14 @@ class ProcessSet:
                 if entry is not None:
                     found.setdefault((identity, entry.thread), entry)
         return sorted(found.values(), key=lambda w: w.run_at)
+
+
+def _fields(record: dict[Any, Any]) -> list[Any]:
+    """The :data:`FIELDS` of a record read with ``HGETALL``, in order; None for those it
+    lacks (all None: the record expired). Names are bytes, or str from a client that
+    decodes responses."""
+    names: tuple[Any, ...] = FIELDS if any(isinstance(k, str) for k in record) else FIELD_BYTES
+    return [record.get(name) for name in names]
 
 
 def _work(identity: str, thread: str, value: bytes) -> Work | None:

@@ -39,15 +39,18 @@ class Stats:
 
     @classmethod
     def read(cls, client: redis.Redis, now: float | None = None, *,
-             damaged: list[str] | None = None) -> Stats:
+             damaged: list[str] | None = None, busy: int | None = None) -> Stats:
         """Read every figure in one pipelined round trip (after listing queues and processes).
+        ``busy``: the busy processors of the live processes, when the caller read their
+        records already (``workers_size``; else each record's ``busy`` is read here).
 
         Without ``damaged`` a key of the wrong type raises Redis's WRONGTYPE (and a counter
         that is no number DamagedKeyError, a ValueError naming the key); with it, such a key
         reads as empty (0) and its name is appended to ``damaged``, so the other figures
         still show. Any other refusal (an ACL's, ``NoPermissionError``) is raised either way."""
         queues = sorted(text(q) for q in _members(client, keys.QUEUES, damaged))
-        identities = [text(i) for i in _members(client, keys.PROCESSES, damaged)]
+        identities = ([text(i) for i in _members(client, keys.PROCESSES, damaged)]
+                      if busy is None else [])
         names = [keys.STAT_PROCESSED, keys.STAT_FAILED, keys.SCHEDULE, keys.RETRY, keys.DEAD,
                  keys.PROCESSES, keys.queue("default"),
                  *(keys.queue(q) for q in queues for _ in range(2)), *identities]
@@ -69,7 +72,7 @@ class Stats:
                        for name, reply in zip(names, replies, strict=True)]
         processed, failed, scheduled, retries, dead, listed, oldest, *rest = replies
         now = time.time() if now is None else now
-        per_queue, busy = rest[:2 * len(queues)], rest[2 * len(queues):]
+        per_queue, busy_fields = rest[:2 * len(queues)], rest[2 * len(queues):]
 
         def count(name: str, value: Any) -> int:
             return _count(damaged, name, value)
@@ -83,7 +86,8 @@ class Stats:
             retry_size=count(keys.RETRY, retries), dead_size=count(keys.DEAD, dead),
             processes_size=count(keys.PROCESSES, listed),
             enqueued=sum(lengths.values()),
-            workers_size=sum(int(b) for b in busy if b is not None and text(b).isdigit()),
+            workers_size=busy if busy is not None else sum(
+                int(b) for b in busy_fields if b is not None and text(b).isdigit()),
             default_queue_latency=_latency(oldest, now), queues=lengths, latencies=latencies,
         )
 

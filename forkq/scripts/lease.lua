@@ -6,6 +6,7 @@
 -- ARGV[2]  the caller's owner token (new for every term)
 -- ARGV[3]  the lease TTL in milliseconds
 -- ARGV[4]  the caller's process identity (mirrored into KEYS[2])
+-- ARGV[5]  the channel a release is published on (forkq:leader-released)
 --
 -- acquire: SET PX when KEYS[1] is free; renew: PEXPIRE, only if KEYS[1] still holds ARGV[2]; release:
 -- DEL, only then too. Returns 1 on success, 0 when the lease is someone else's (or
@@ -50,5 +51,6 @@ if op == "renew" then
 else
   redis.call("DEL", KEYS[1])
   mirror(false)
+  redis.call("PUBLISH", ARGV[5], token)
 end
 return 1

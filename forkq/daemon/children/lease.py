@@ -100,7 +100,8 @@ class Lease:
 
     def _call(self, op: str, token: str) -> bool:
         result = int(self._script(keys=[keys.LEADER, keys.DEAR_LEADER],
-                                  args=[op, token, int(self.ttl * 1000), self.identity]))
+                                  args=[op, token, int(self.ttl * 1000), self.identity,
+                                        keys.LEADER_RELEASED]))
         if result == REPLACED:
             log.warning("the lease key %r held another type than a string (nobody held the "
                         "lease); replaced it", keys.LEADER)

@@ -6,7 +6,8 @@ REDIRECT <itself> BCAST PREFIX queue:``, Redis >= 6.0 / Valkey) and subscribes t
 ``__redis__:invalidate``. Any write to such a key, by any client (Ruby's too),
 makes that connection readable within a millisecond, so an idle processor
 blocks in ``poll`` and fetches again when woken. The scheduler leader watches ``schedule``
-and ``retry`` the same way, a follower ``forkq:leader``. Messages only ever cause an
+and ``retry`` the same way; a follower only listens to a channel (no prefixes: no
+tracking), on which a leader that hands over says so. Messages only ever cause an
 extra fetch, never a missed one: the watch is armed before the processor's
 first fetch and stays armed.
 
@@ -44,9 +45,10 @@ class QueueWatch:
     """Readable-when-a-queue-changes connection for one processor."""
 
     def __init__(self, redis_client: Any, prefixes: tuple[str, ...] = ("queue:",),
-                 name: str = "") -> None:
+                 name: str = "", channel: str = CHANNEL) -> None:
         self._pool = redis_client.connection_pool
-        self._prefixes = prefixes
+        self._prefixes = prefixes  # none: only ``channel`` is listened to, no key tracking
+        self._channel = channel
         self._name = name  # the connection's CLIENT SETNAME, if any
         self._conn: Any = None
         self._refused = False
@@ -63,13 +65,14 @@ class QueueWatch:
             if self._name:
                 conn.send_command("CLIENT", "SETNAME", self._name)
                 conn.read_response()
-            conn.send_command("CLIENT", "ID")
-            client_id = conn.read_response()
-            prefixes = [word for prefix in self._prefixes for word in ("PREFIX", prefix)]
-            conn.send_command("CLIENT", "TRACKING", "ON", "REDIRECT", client_id, "BCAST",
-                              *prefixes)
-            conn.read_response()
-            conn.send_command("SUBSCRIBE", CHANNEL)
+            if self._prefixes:
+                conn.send_command("CLIENT", "ID")
+                client_id = conn.read_response()
+                prefixes = [word for prefix in self._prefixes for word in ("PREFIX", prefix)]
+                conn.send_command("CLIENT", "TRACKING", "ON", "REDIRECT", client_id, "BCAST",
+                                  *prefixes)
+                conn.read_response()
+            conn.send_command("SUBSCRIBE", self._channel)
             conn.read_response()
         except redis.ResponseError as exc:
             conn.disconnect()
@@ -147,7 +150,7 @@ class QueueWatch:
         if self._conn is None or self._paused:
             return
         try:
-            self._conn.send_command("UNSUBSCRIBE", CHANNEL)
+            self._conn.send_command("UNSUBSCRIBE", self._channel)
         except Exception:  # noqa: BLE001 - reopened on the next wait
             self.close()
             return
@@ -166,7 +169,7 @@ class QueueWatch:
 
     def _resume(self) -> None:
         """Subscribe again, discarding what arrived before the unsubscribe took effect."""
-        self._conn.send_command("SUBSCRIBE", CHANNEL)
+        self._conn.send_command("SUBSCRIBE", self._channel)
         while True:
             reply = self._conn.read_response()
             if isinstance(reply, list) and reply and reply[0] in (b"subscribe", "subscribe"):

@@ -45,7 +45,7 @@ from forkq.config import Config
 from forkq.daemon import child_process, liveness
 from forkq.daemon.children import due_jobs, orphans, periodic, unfiled
 from forkq.daemon.children.lease import Lease, LeaseLostError
-from forkq.daemon.children.queuewatch import QueueWatch
+from forkq.daemon.children.queuewatch import CHANNEL, QueueWatch
 from forkq.daemon.outage import Outage
 from forkq.daemon.refusal import Recurring, describe
 from forkq.daemon.signals import STOP_SIGNAL
@@ -59,9 +59,10 @@ RECONNECT_SETTLE = 12.0  # > a master beat (5 s) plus a child beat (2 s), with s
 SOCKET_TIMEOUT = 5.0
 LEADER_WATCH = ("schedule", "retry")
 """What the leader's key watch follows: the sets it moves due jobs from."""
-FOLLOWER_WATCH = (keys.LEADER,)
-"""What a follower's key watch follows: the lease (a release, a new term, a renewal). A
-write to ``schedule`` or ``retry`` wakes the leader alone, not every daemon of the fleet."""
+FOLLOWER_WATCH: tuple[str, ...] = ()
+"""What a follower's key watch follows: no key, only the channel on which a leader hands
+over (:data:`forkq.keys.LEADER_RELEASED`); it looks at the lease's TTL when that term should
+end. So neither a renewal nor a write to ``schedule`` or ``retry`` wakes the fleet."""
 FULL_SWEEP_EVERY = 10
 """Every this many sweeps, one also reads ``processes`` (dead processes that hold no
 in-flight list are forgotten) and refiles the failures parked in ``forkq:unfiled``; the
@@ -114,7 +115,7 @@ class Scheduler:
         self._beat = basics.beat
         self.lease = Lease(self.redis, identity=self.identity, pid=os.getpid(),
                            ttl=liveness.lease_ttl(self.config))
-        self._watch = QueueWatch(self.redis, FOLLOWER_WATCH)
+        self._watch = self._new_watch(FOLLOWER_WATCH)
 
     def _await_change(self, timeout: float) -> None:
         """Wait on the key watch up to ``timeout``; a wait that ended early (a watched key
@@ -129,7 +130,11 @@ class Scheduler:
         """Watch ``prefixes`` from now on (a new connection: its first wait returns at once,
         so the next turn reads what it must)."""
         self._watch.close()
-        self._watch = QueueWatch(self.redis, prefixes)
+        self._watch = self._new_watch(prefixes)
+
+    def _new_watch(self, prefixes: tuple[str, ...]) -> QueueWatch:
+        return QueueWatch(self.redis, prefixes,
+                          channel=CHANNEL if prefixes else keys.LEADER_RELEASED)
 
     def _check_signals(self) -> None:
         if STOP_SIGNAL in self._pipe.drain():  # the master's, or the heartbeat thread's
@@ -166,9 +171,9 @@ class Scheduler:
             return 0.0
 
     def _campaign(self, now: float) -> bool:
-        """A follower's turn: True once it took the lease. Redis is asked only when the lease
-        key changed (a release, a new term, a renewal) or the term it saw has run out: the
-        remaining TTL first (one ``PTTL``), the lease only when it is free."""
+        """A follower's turn: True once it took the lease. Redis is asked only when a leader
+        handed over (its channel) or the term it saw should have ended: the remaining TTL
+        first (one ``PTTL``), the lease only when it is free."""
         if not self._changed and now < self._campaign_at:
             return False
         remaining = self.lease.holder_ttl()

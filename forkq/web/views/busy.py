@@ -6,8 +6,10 @@ the process named by ``identity`` (or to every live process with ``all=1``), act
 next heartbeat (:meth:`forkq.ops.processes.ProcessSet.signal`); ``/busy/cancel`` cancels the
 job ``jid`` (:func:`forkq.ops.cancel.cancel`: its processor is stopped, the job filed to dead).
 
-Bounded work: one pipelined read of the process records and one of their busy hashes
-(two HGETALLs per process, each holding at most its concurrency).
+Bounded work: one pipelined read of the process records and one of the busy hashes of the
+processes whose record counts a busy processor (two HGETALLs per such process, each holding
+at most its concurrency). The processes table shows :data:`PROCESSES_PER_PAGE` at a time
+(the totals count them all), so a fleet of a thousand daemons is a page, not a megabyte.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from forkq.errors import ForkqError, NotFoundError
 from forkq.ops import cancel
 from forkq.ops.processes import ProcessSet
 from forkq.web import damage
-from forkq.web.routes import Request, Response, redirect, render, route
+from forkq.web.routes import Request, Response, paginate, redirect, render, route
 
 _VERBS = {"quiet": "asked {} to quiet", "stop": "asked {} to stop"}
+PROCESSES_PER_PAGE = 100
 
 
 @route("GET", "/busy")
@@ -30,7 +33,9 @@ def busy(request: Request) -> Response:
     processes = ProcessSet(request.redis)
     live = processes.live()
     work = processes.work(live)
-    return render(request, "busy.html", processes=live, work=work, at=time.time(),
+    pager = paginate(len(live), request.int_arg("page", 1, low=1), PROCESSES_PER_PAGE)
+    return render(request, "busy.html", processes=live[pager["start"]:pager["stop"]],
+                  pager=pager, work=work, at=time.time(),
                   capacity=sum(p.concurrency for p in live),
                   busy_total=sum(p.busy for p in live))
 
