@@ -163,31 +163,52 @@ def _sentinel_master(target: redis_url.SentinelTarget, common: dict[str, Any]) -
 
 class Sentinels(Sentinel):
     """redis-py's Sentinel, with discovery errors one can read: a refused sentinel password
-    is an :class:`redis.AuthenticationError` (exit 77 for the CLI and the daemon), not "no
-    master found" with the clients' reprs."""
+    is an :class:`redis.AuthenticationError` (exit 77 for the CLI and the daemon), a server
+    that knows no SENTINEL command a :class:`NotASentinelError` (exit 78), not "no master
+    found" with the clients' reprs. The discovery loop is ours: redis-py's folds those
+    errors into the text of :class:`MasterNotFoundError` (8.x also the ResponseError that
+    5.x raised), and its text is no contract."""
 
     def discover_master(self, service_name: str) -> tuple[str, int]:
-        try:
-            found: tuple[str, int] = super().discover_master(  # type: ignore[no-untyped-call, unused-ignore]
-                service_name)
-        except redis.ResponseError as exc:  # a server that knows no SENTINEL command
-            where = ", ".join(_address(node) for node in self.sentinels)
-            raise NotASentinelError(
-                f"a server named as a sentinel ({where}) answered SENTINEL with {exc}: it is "
-                "no sentinel (a Redis server?); a sentinel URL names sentinels, a "
-                "redis:// URL a server") from exc
-        except MasterNotFoundError as exc:
-            where = ", ".join(_address(node) for node in self.sentinels)
-            # hazard: redis-py folds AuthenticationError (a ConnectionError) into this
-            # error's text; nothing else tells the two apart
-            if "AuthenticationError" in str(exc):
-                raise redis.AuthenticationError(
-                    f"a sentinel ({where}) refused sentinel_password / sentinel_username"
-                ) from exc
-            raise MasterNotFoundError(
-                f"no sentinel ({where}) named a master for service {service_name!r}: they are "
-                "unreachable, or do not monitor that service") from exc
-        return found
+        refused: list[str] = []  # sentinels that refused the password
+        unknown: list[tuple[str, redis.ResponseError]] = []  # servers that are no sentinel
+        for index, sentinel in enumerate(self.sentinels):
+            try:
+                masters: dict[str, Any] = (  # RESP2 (sentinel_kwargs): a dict
+                    sentinel.sentinel_masters())  # type: ignore[assignment, unused-ignore]
+            except redis.AuthenticationError:
+                refused.append(_address(sentinel))
+                continue
+            except redis.ResponseError as exc:
+                unknown.append((_address(sentinel), exc))
+                continue
+            except (redis.ConnectionError, redis.TimeoutError):
+                continue  # unreachable: the next sentinel is the retry
+            state = masters.get(service_name)
+            if state and self.check_master_state(  # type: ignore[no-untyped-call, unused-ignore]
+                    state, service_name):
+                self.sentinels[0], self.sentinels[index] = sentinel, self.sentinels[0]
+                return state["ip"], state["port"]
+        raise _discovery_error(service_name, [_address(s) for s in self.sentinels], refused,
+                               unknown)
+
+
+def _discovery_error(service_name: str, sentinels: list[str], refused: list[str],
+                     unknown: list[tuple[str, redis.ResponseError]]) -> redis.ConnectionError:
+    """Why no sentinel named the master of ``service_name``: a refused password first, then
+    a server that is no sentinel, else none knew the service or none answered."""
+    if refused:
+        return redis.AuthenticationError(
+            f"a sentinel ({', '.join(refused)}) refused sentinel_password / sentinel_username")
+    if unknown:
+        where, exc = unknown[0]
+        return NotASentinelError(
+            f"a server named as a sentinel ({where}) answered SENTINEL with {exc}: it is no "
+            "sentinel (a Redis server?); a sentinel URL names sentinels, a redis:// URL a "
+            "server")
+    return MasterNotFoundError(
+        f"no sentinel ({', '.join(sentinels)}) named a master for service {service_name!r}: "
+        "they are unreachable, or do not monitor that service")
 
 
 class NotASentinelError(redis.ConnectionError):

@@ -212,6 +212,7 @@ class FakeWakeup:
         self.clock = clock
         self.pending: list[signal.Signals] = []
         self.frozen = 0.0  # the next wait lasts this much longer: the daemon was frozen in it
+        self.after_wait: Callable[[], None] = lambda: None  # runs as a wait returns
 
     def wait(self, timeout: float, *, also: Iterable[int] = ()
              ) -> tuple[list[signal.Signals], list[int]]:
@@ -219,6 +220,7 @@ class FakeWakeup:
         self.frozen = 0.0
         fds = list(also)
         ready = select.select(fds, [], [], 0)[0] if fds else []
+        self.after_wait()
         if self.pending or ready:
             received, self.pending = self.pending, []
             return received, ready
@@ -603,6 +605,25 @@ def test_five_boot_failures_in_a_row_halt_the_master_with_79(
     assert m.sup.pool.halt_reason is not None
     assert "failed to boot 5 times in a row: ImportError" in m.sup.pool.halt_reason
     assert m.sup.exit_code() == 79
+
+
+def test_a_boot_report_written_after_the_wait_still_names_the_reason(
+        master: Callable[..., Master], caplog: pytest.LogCaptureFixture) -> None:
+    """The child writes its report and exits between the loop's wait and its reap: the
+    master reads the report as it reaps the child."""
+    m = master(config(concurrency=1))
+    m.turn()
+    [pid] = m.children()
+
+    def fail() -> None:
+        m.wakeup.after_wait = lambda: None
+        m.processes.report(pid, "error RuntimeError: database refused the connection")
+        m.processes.exit(pid, 79 << 8)
+
+    m.wakeup.after_wait = fail
+    m.run_until(lambda: pid not in m.children(), 5)
+    assert (f"processor-0 (pid {pid}) failed to boot (1 of 5): RuntimeError: database "
+            "refused the connection") in caplog.text
 
 
 # -- the stop deadline --------------------------------------------------------------------------

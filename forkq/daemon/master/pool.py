@@ -193,19 +193,27 @@ class Pool:
     def read_reports(self, ready: list[int]) -> None:
         """Read the boot reports of the children whose pipes are readable."""
         for child in self.children.values():
-            if child.report_fd is None or child.report_fd not in ready:
-                continue
-            try:
-                data = os.read(child.report_fd, 4096)
-            except BlockingIOError:
-                continue
-            if data.startswith(b"ready"):
-                child.booted = True
-                self._boot_failures.pop(child.slot, None)
-            elif data.startswith(b"error "):
-                child.boot_error = data[6:].decode("utf-8", "replace").strip()
-            os.close(child.report_fd)
-            child.report_fd = None
+            if child.report_fd is not None and child.report_fd in ready:
+                self._read_report(child)
+
+    def _read_report(self, child: Child, *, exited: bool = False) -> None:
+        """Read ``child``'s boot report and close its pipe; nothing written yet leaves the
+        pipe of a child that has not ``exited`` open."""
+        if child.report_fd is None:
+            return
+        try:
+            data = os.read(child.report_fd, 4096)
+        except BlockingIOError:
+            if not exited:
+                return
+            data = b""
+        if data.startswith(b"ready"):
+            child.booted = True
+            self._boot_failures.pop(child.slot, None)
+        elif data.startswith(b"error "):
+            child.boot_error = data[6:].decode("utf-8", "replace").strip()
+        os.close(child.report_fd)
+        child.report_fd = None
 
     # -- telling and killing -----------------------------------------------------------------
 
@@ -330,8 +338,7 @@ class Pool:
         self._child_gone(child, status, respawn=False)
 
     def _child_gone(self, child: Child, status: int, *, respawn: bool) -> None:
-        if child.report_fd is not None:
-            self.read_reports([child.report_fd])
+        self._read_report(child, exited=True)  # it may have written since the last wait
         code = os.waitstatus_to_exitcode(status)
         how = describe(status)
         told = code == 0 and child.retiring  # a child exiting 0 unasked held no job, or its
