@@ -58,21 +58,24 @@ class Durability:
         return ("WAITAOF", 1, self.replicas, ms) if self.fsync else ("WAIT", self.replicas, ms)
 
     def shortfall(self, reply: Any) -> str:
-        """Why ``reply`` (of :meth:`command`) does not confirm the push; "" when it does."""
+        """Why ``reply`` (of :meth:`command`) does not confirm the push, naming every part
+        that fell short; "" when it confirms it."""
         name = "WAITAOF" if self.fsync else "WAIT"
         if isinstance(reply, Exception):
             return f"the server refused {name}: {reply}"
+        missing = []
         if self.fsync:
             local, replicas = (reply if isinstance(reply, list) and len(reply) == 2
                                else (0, 0))
             if int(local) < 1:
-                return f"the server did not fsync its AOF within {self.timeout:g}s (WAITAOF)"
+                missing.append("the server did not fsync its AOF")
         else:
             replicas = reply
         if int(replicas) < self.replicas:
-            return (f"{int(replicas)} of {self.replicas} replica(s) confirmed within "
-                    f"{self.timeout:g}s ({name})")
-        return ""
+            missing.append(f"{int(replicas)} of {self.replicas} replica(s) confirmed")
+        if not missing:
+            return ""
+        return f"{' and '.join(missing)} within {self.timeout:g}s ({name})"
 
     def check(self, reply: Any, jids: list[str]) -> None:
         """Raise :class:`EnqueueError` (every job's fate unknown) unless ``reply``
