@@ -100,8 +100,11 @@ class Fleet:
         progress(f"  {count} simulated daemons up")
 
     def roots(self) -> list[int]:
-        pids = [pid for daemon in self.daemons for pid in daemon.roots()]
-        return pids + ([self.simulator.pid] if self.simulator is not None else [])
+        """The real daemons' root pids (the simulator's is not among them)."""
+        return [pid for daemon in self.daemons for pid in daemon.roots()]
+
+    def simulator_pids(self) -> list[int]:
+        return [self.simulator.pid] if self.simulator is not None else []
 
     def stop(self) -> None:
         for daemon in self.daemons:
@@ -131,15 +134,20 @@ def idle_latency(r: redis.Redis, url: str, samples: int) -> tuple[float, float]:
     return phases.percentiles(delays)
 
 
-def window(r: redis.Redis, roots: list[int], seconds: float) -> tuple[redis_meter.Usage, float]:
-    """Redis usage and the processes' own CPU (percent of a core) over ``seconds``."""
-    own = bench_procs.tree_cpu_seconds(roots)
+Cpu = tuple[float, float]  # the real daemons' and the simulator's CPU, percent of a core
+
+
+def window(r: redis.Redis, fleet: Fleet, seconds: float) -> tuple[redis_meter.Usage, Cpu]:
+    """Redis usage and the fleet's own CPU over ``seconds``."""
+    groups = (fleet.roots(), fleet.simulator_pids())
+    before = [bench_procs.tree_cpu_seconds(pids) for pids in groups]
     first = redis_meter.read(r)
     time.sleep(seconds)
     second = redis_meter.read(r)
-    own = bench_procs.tree_cpu_seconds(roots) - own
+    after = [bench_procs.tree_cpu_seconds(pids) for pids in groups]
     usage = redis_meter.between(first, second)
-    return usage, 100.0 * own / usage.seconds
+    real, simulated = (100.0 * (b - a) / usage.seconds for a, b in zip(before, after, strict=True))
+    return usage, (real, simulated)
 
 
 def timed(step: Callable[[], Any]) -> tuple[float, Any]:
@@ -208,10 +216,11 @@ def steady_load(r: redis.Redis, url: str, rate: int, seconds: float) -> list[flo
     return [float(value) * 1000 for value in r.lrange(LATENCY, 0, -1)]
 
 
-def usage_line(label: str, usage: redis_meter.Usage, own: float) -> str:
+def usage_line(label: str, usage: redis_meter.Usage, own: Cpu) -> str:
     return (f"{label}: Redis {usage.sent_per_second:,.0f} commands/s sent "
             f"({usage.run_per_second:,.0f} run), Redis CPU {usage.cpu_percent:.2f} % of a "
-            f"core; the fleet's own CPU {own:.1f} %\n    {redis_meter.breakdown(usage, 10)}")
+            f"core; CPU of the real daemons {own[0]:.1f} %, of the simulator {own[1]:.1f} %"
+            f"\n    {redis_meter.breakdown(usage, 10)}")
 
 
 def run(options: argparse.Namespace) -> int:
@@ -234,14 +243,14 @@ def run(options: argparse.Namespace) -> int:
             daemons = options.real + options.simulated
             wait_for(lambda: r.scard(keys.PROCESSES) >= daemons, "every process record")
             time.sleep(options.settle)
-            idle, idle_own = window(r, fleet.roots(), options.window)
+            idle, idle_own = window(r, fleet, options.window)
             memory = (int(r.info("memory")["used_memory"]) - empty) / daemons
             reads = operator_reads(r, url)
             latency = idle_latency(r, url, options.samples)
             progress(f"steady load, {options.rate} jobs/s ...")
             loaded: dict[str, Any] = {}
             thread = threading.Thread(target=lambda: loaded.update(
-                usage=window(r, fleet.roots(), options.window)))
+                usage=window(r, fleet, options.window)))
             thread.start()
             delays = steady_load(r, url, options.rate, options.window)
             thread.join()

@@ -91,6 +91,7 @@ def test_bench_fleet_prints_every_figure_with_real_and_simulated_daemons(tmp_pat
     for pattern in (r"2 real daemons \(-c 2, with their schedulers\) \+ 5 simulated",
                     r"lone daemon, idle job latency: p50 [\d.]+ ms",
                     r"idle, 3 s: Redis [\d,]+ commands/s sent",
+                    r"CPU of the real daemons [\d.]+ %, of the simulator [\d.]+ %",
                     r"Redis memory per daemon: [\d.]+ KiB",
                     r"leader's sweep \(full, 1 in 10\): [\d.]+ ms, 0 dead found",
                     r"forkq status: [\d.]+ ms \(7 processes\)",

@@ -22,8 +22,10 @@ sweep or periodic tick, or at most :data:`MAX_SLEEP`; a change to ``schedule`` o
 ``retry`` wakes it at once (:class:`~forkq.daemon.children.queuewatch.QueueWatch`,
 server-side key tracking, which sees Ruby clients' writes too). Redis is read only when
 something is due or a watched key changed: an idle leader's turn sends nothing. A
-follower sleeps until the current lease expires or changes (then one ``PTTL``), so it
-takes over within milliseconds of an expiry or a release.
+follower asks the lease's remaining TTL (one ``PTTL``) when the term it saw should have
+ended, and at once when a leader hands over (``PUBLISH`` on
+:data:`~forkq.keys.LEADER_RELEASED`): it takes over within milliseconds of a release, and
+within :data:`MAX_SLEEP` of an expiry.
 
 Signals: as a processor child — INT, TERM, TSTP and HUP are ignored, USR1 means
 hand over and exit, TTIN / USR2 are served by the heartbeat thread, which also
