@@ -3,16 +3,20 @@
 Run from a clone: ``python bench/fleet.py`` (100 real daemons of ``-c 2`` and 900 simulated
 ones on one private server; ~10 min on 2 cores, ~6 GB of memory). It prints, in order:
 
-1. a **lone daemon**'s idle job latency (``--samples`` single pushes, p50 / p99);
-2. the **fleet at idle** (``--window`` s, after ``--settle`` s): Redis commands/s (sent by
-   clients, and run, scripts' inner calls included), Redis CPU, the fleet's own CPU (real
-   daemons and the simulator), Redis memory per daemon;
+1. a **lone daemon**'s idle job latency (``--samples`` single pushes, p50 / p99, after
+   each processor ran 3 jobs: a processor's first job after its fork is ~1 ms slower), on
+   a queue of its own;
+2. the **fleet at idle** (``--window`` s, after ``--settle`` s; that daemon and
+   ``--real`` - 1 more, on the fleet's queue): Redis commands/s (sent by clients, and run,
+   scripts' inner calls included), Redis CPU, the CPU of the real daemons and of the
+   simulator, Redis memory per daemon;
 3. **operators' reads** at that size, each the median of 5: the leader's orphan sweep (what
    it reads; it finds no dead daemon when the fleet is healthy), ``forkq
    status``'s view (:func:`forkq.ops.commands.status`), the dashboard's pages and
    ``/metrics`` (time and size), in-process as ``bench/web_pages.py`` does;
-4. the fleet's idle **job latency** (same pushes as 1; within 20 % of the lone daemon's p50
-   is the goal);
+4. the fleet's idle **job latency**: the lone daemon's again, inside the fleet (within 20 %
+   of its latency alone is the goal), and the fleet's queue's (every real processor waits
+   on it, each warmed the same way);
 5. the fleet under a **steady load** of ``--rate`` jobs/s for ``--window`` s: Redis
    commands/s and CPU, jobs run, and their latency p50 / p99 (start minus push).
 
@@ -60,6 +64,8 @@ PAGES = (("dashboard", "/"), ("busy", "/busy"), ("queues", "/queues"),
          ("metrics", "/metrics"))
 READY_TIMEOUT = 300.0
 READS = 5
+PROBE = "fleet-probe"  # the queue of the daemon whose latency is measured alone and in the fleet
+WARM_UP = 3  # jobs each processor runs before a latency is measured
 
 
 def progress(line: str) -> None:
@@ -74,14 +80,16 @@ class Fleet:
         self.daemons: list[ForkqSystem] = []
         self.simulator: subprocess.Popen[bytes] | None = None
 
-    def start_daemons(self, count: int, concurrency: int, batch: int) -> None:
-        """Start ``count`` daemons, ``batch`` at a time, each waited for."""
+    def start_daemons(self, count: int, concurrency: int, batch: int, *,
+                      queue: str = QUEUE) -> None:
+        """Start ``count`` daemons on ``queue``, ``batch`` at a time, each waited for."""
         for first in range(0, count, batch):
             started = []
             for number in range(first, min(count, first + batch)):
                 folder = os.path.join(self.tmp, f"d{number}")
                 os.makedirs(folder, exist_ok=True)
-                daemon = ForkqSystem(folder, self.url, concurrency, scheduler=True)
+                daemon = ForkqSystem(folder, self.url, concurrency, scheduler=True,
+                                     queue=queue)
                 self.daemons.append(daemon)
                 daemon.start()
                 started.append(daemon)
@@ -127,9 +135,13 @@ def wait_for(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.2)
 
 
-def idle_latency(r: redis.Redis, url: str, samples: int) -> tuple[float, float]:
-    """(p50, p99) ms of single pushes to the idle fleet's queue."""
-    target = phases.Target("fleet", JOB_CLASS)
+def idle_latency(r: redis.Redis, url: str, queue: str, processors: int,
+                 samples: int) -> tuple[float, float]:
+    """(p50, p99) ms of ``samples`` single pushes to ``queue``, once each of its idle
+    ``processors`` ran :data:`WARM_UP` jobs (a processor's first job after its fork costs
+    ~1 ms more: the pages its job path touches are copied then)."""
+    target = phases.Target(queue, JOB_CLASS, queue=queue)
+    phases.latencies(r, [target], WARM_UP * processors, url=url)
     [delays] = phases.latencies(r, [target], samples, url=url)
     return phases.percentiles(delays)
 
@@ -228,17 +240,15 @@ def run(options: argparse.Namespace) -> int:
             server_url(tmp, None) as url:
         r = connect(url)
         version = r.info("server")["redis_version"]
+        empty = int(r.info("memory")["used_memory"])
         fleet = Fleet(tmp, url)
         try:
             progress("a lone daemon ...")
-            fleet.start_daemons(1, options.concurrency, 1)
+            fleet.start_daemons(1, options.concurrency, 1, queue=PROBE)
             time.sleep(options.settle / 3)
-            lone = idle_latency(r, url, options.samples)
-            fleet.stop()
-            r.flushall()
-            empty = int(r.info("memory")["used_memory"])
+            lone = idle_latency(r, url, PROBE, options.concurrency, options.samples)
             progress("the fleet ...")
-            fleet.start_daemons(options.real, options.concurrency, options.batch)
+            fleet.start_daemons(options.real - 1, options.concurrency, options.batch)
             fleet.start_simulator(options.simulated, options.concurrency)
             daemons = options.real + options.simulated
             wait_for(lambda: r.scard(keys.PROCESSES) >= daemons, "every process record")
@@ -246,7 +256,9 @@ def run(options: argparse.Namespace) -> int:
             idle, idle_own = window(r, fleet, options.window)
             memory = (int(r.info("memory")["used_memory"]) - empty) / daemons
             reads = operator_reads(r, url)
-            latency = idle_latency(r, url, options.samples)
+            latency = idle_latency(r, url, PROBE, options.concurrency, options.samples)
+            processors = (options.real - 1) * options.concurrency
+            fleet_queue = idle_latency(r, url, QUEUE, processors, options.samples)
             progress(f"steady load, {options.rate} jobs/s ...")
             loaded: dict[str, Any] = {}
             thread = threading.Thread(target=lambda: loaded.update(
@@ -266,7 +278,9 @@ def run(options: argparse.Namespace) -> int:
         print(line)
     ratio = latency[0] / lone[0]
     print(f"fleet, idle job latency: p50 {latency[0]:.2f} ms ({ratio:.2f} x the lone "
-          f"daemon's), p99 {latency[1]:.2f} ms")
+          f"daemon's), p99 {latency[1]:.2f} ms (the same daemon, on its queue, in the fleet)")
+    print(f"fleet, idle job latency on the fleet's queue ({processors} processors wait on "
+          f"it): p50 {fleet_queue[0]:.2f} ms, p99 {fleet_queue[1]:.2f} ms")
     usage, own = loaded["usage"]
     p50, p99 = phases.percentiles(delays)
     print(usage_line(f"steady load {options.rate} jobs/s, {options.window:.0f} s", usage, own))
@@ -276,7 +290,8 @@ def run(options: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--real", type=int, default=100)
+    parser.add_argument("--real", type=int, default=100,
+                        help="real daemons, the lone one included (at least 2)")
     parser.add_argument("--simulated", type=int, default=900)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--batch", type=int, default=10, help="daemons started at once")
@@ -284,7 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=30.0)
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--rate", type=int, default=1000)
-    return run(parser.parse_args(argv))
+    options = parser.parse_args(argv)
+    if options.real < 2:
+        parser.error("--real: at least 2 (the lone daemon and one on the fleet's queue)")
+    return run(options)
 
 
 if __name__ == "__main__":

@@ -98,6 +98,8 @@ def test_bench_fleet_prints_every_figure_with_real_and_simulated_daemons(tmp_pat
                     r"dashboard busy \(/busy\): [\d.]+ ms",
                     r"dashboard metrics \(/metrics\): [\d.]+ ms, \d+ KiB",
                     r"fleet, idle job latency: p50 [\d.]+ ms \([\d.]+ x the lone",
+                    r"idle job latency on the fleet's queue \(2 processors wait on it\): "
+                    r"p50 [\d.]+ ms",
                     r"steady load 100 jobs/s, 3 s: Redis [\d,]+ commands/s",
                     r"jobs ran; latency p50 [\d.]+ ms, p99 [\d.]+ ms"):
         assert re.search(pattern, done.stdout), (pattern, done.stdout)

@@ -52,19 +52,21 @@ class System(Protocol):
 
 
 class ForkqSystem:
-    """``python -m forkq run`` with ``concurrency`` processors, logging at warning, without
-    the scheduler unless ``scheduler``, importing ``require`` (a module name or a ``.py``
-    path; the benchmark job's
-    module unless told); its log goes to ``<tmp>/forkq-c<concurrency>.log``."""
+    """``python -m forkq run`` with ``concurrency`` processors on ``queue``, logging at
+    warning, without the scheduler unless ``scheduler``, importing ``require`` (a module
+    name or a ``.py`` path; the benchmark job's module unless told); its log goes to
+    ``<tmp>/forkq-c<concurrency>.log``."""
 
     side = "forkq"
 
     def __init__(self, tmp: str, url: str, concurrency: int, *, job_class: str = JOB_CLASS,
-                 require: str = "forkq.tools.bench_jobs", scheduler: bool = False) -> None:
+                 require: str = "forkq.tools.bench_jobs", scheduler: bool = False,
+                 queue: str = QUEUE) -> None:
         self.label = f"forkq -c{concurrency}"
         self.job_class = job_class  # what its drains push (``require`` registers it)
         self.require = require
         self.scheduler = scheduler
+        self.queue = queue
         self.workers = concurrency
         self._tmp = tmp
         self._url = url
@@ -80,7 +82,7 @@ class ForkqSystem:
         """Write the config and spawn the master."""
         path = os.path.join(self._tmp, f"bench-c{self.workers}.yml")
         with open(path, "w", encoding="utf-8") as f:
-            f.write(f"concurrency: {self.workers}\nqueues: [{QUEUE}]\n"
+            f.write(f"concurrency: {self.workers}\nqueues: [{self.queue}]\n"
                     f"require: {self.require}\nredis_url: {self._url}\n"
                     f"log_level: warning\nscheduler: {str(self.scheduler).lower()}\n")
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
