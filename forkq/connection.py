@@ -163,21 +163,22 @@ def _sentinel_master(target: redis_url.SentinelTarget, common: dict[str, Any]) -
 
 class Sentinels(Sentinel):
     """redis-py's Sentinel, with discovery errors one can read: a refused sentinel password
-    is an :class:`redis.AuthenticationError` (exit 77 for the CLI and the daemon), a server
+    is an :class:`redis.AuthenticationError` and a sentinel user denied the command a
+    :class:`redis.exceptions.NoPermissionError` (exit 77 for the CLI and the daemon), a server
     that knows no SENTINEL command a :class:`NotASentinelError` (exit 78), not "no master
     found" with the clients' reprs. The discovery loop is ours: redis-py's folds those
     errors into the text of :class:`MasterNotFoundError` (8.x also the ResponseError that
     5.x raised), and its text is no contract."""
 
     def discover_master(self, service_name: str) -> tuple[str, int]:
-        refused: list[str] = []  # sentinels that refused the password
+        refused: list[tuple[str, redis.RedisError]] = []  # refused the user or the command
         unknown: list[tuple[str, redis.ResponseError]] = []  # servers that are no sentinel
         for index, sentinel in enumerate(self.sentinels):
             try:
                 masters: dict[str, Any] = (  # RESP2 (sentinel_kwargs): a dict
                     sentinel.sentinel_masters())  # type: ignore[assignment, unused-ignore]
-            except redis.AuthenticationError:
-                refused.append(_address(sentinel))
+            except (redis.AuthenticationError, redis.exceptions.NoPermissionError) as exc:
+                refused.append((_address(sentinel), exc))
                 continue
             except redis.ResponseError as exc:
                 unknown.append((_address(sentinel), exc))
@@ -193,13 +194,18 @@ class Sentinels(Sentinel):
                                unknown)
 
 
-def _discovery_error(service_name: str, sentinels: list[str], refused: list[str],
-                     unknown: list[tuple[str, redis.ResponseError]]) -> redis.ConnectionError:
-    """Why no sentinel named the master of ``service_name``: a refused password first, then
-    a server that is no sentinel, else none knew the service or none answered."""
+def _discovery_error(service_name: str, sentinels: list[str],
+                     refused: list[tuple[str, redis.RedisError]],
+                     unknown: list[tuple[str, redis.ResponseError]]) -> redis.RedisError:
+    """Why no sentinel named the master of ``service_name``: a refused user or command first,
+    then a server that is no sentinel, else none knew the service or none answered."""
     if refused:
+        where, exc = refused[0]
+        if isinstance(exc, redis.exceptions.NoPermissionError):
+            return redis.exceptions.NoPermissionError(
+                f"a sentinel ({where}) denied sentinel_username the SENTINEL command: {exc}")
         return redis.AuthenticationError(
-            f"a sentinel ({', '.join(refused)}) refused sentinel_password / sentinel_username")
+            f"a sentinel ({where}) refused sentinel_password / sentinel_username")
     if unknown:
         where, exc = unknown[0]
         return NotASentinelError(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import redis
+from redis.sentinel import MasterNotFoundError
 
 from forkq import redis_url
-from forkq.connection import connect
+from forkq.connection import NotASentinelError, _discovery_error, connect
 from forkq.redis_url import SentinelTarget, check, parse_sentinel
 
 
@@ -71,3 +73,22 @@ def test_bad_urls_say_what_is_wrong(url: str, problem: str) -> None:
 def test_good_urls_pass(url: str) -> None:
     check(url)
     assert redis_url.is_sentinel(url) == ("sentinel" in url)
+
+
+def test_a_failed_sentinel_discovery_names_its_cause_in_order() -> None:
+    """A refused user or command first (exit 77), then a server that is no sentinel (78),
+    else no sentinel knew the service."""
+    denied = redis.exceptions.NoPermissionError("NOPERM no permissions to run 'sentinel'")
+    wrong = redis.AuthenticationError("WRONGPASS")
+    plain = redis.ResponseError("unknown command 'SENTINEL'")
+    error = _discovery_error("svc", ["a:1", "b:2"], [("b:2", denied)], [("a:1", plain)])
+    assert isinstance(error, redis.exceptions.NoPermissionError)
+    assert str(error).startswith("a sentinel (b:2) denied sentinel_username the SENTINEL")
+    error = _discovery_error("svc", ["a:1"], [("a:1", wrong)], [])
+    assert isinstance(error, redis.AuthenticationError) and "sentinel_password" in str(error)
+    error = _discovery_error("svc", ["a:1", "b:2"], [], [("a:1", plain)])
+    assert isinstance(error, NotASentinelError)
+    assert "(a:1) answered SENTINEL with unknown command 'SENTINEL'" in str(error)
+    error = _discovery_error("svc", ["a:1", "b:2"], [], [])
+    assert isinstance(error, MasterNotFoundError)
+    assert "no sentinel (a:1, b:2) named a master for service 'svc'" in str(error)
