@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import random
+import re
 import resource
 import signal
 import threading
@@ -74,9 +75,45 @@ def test_preload_reads_every_script_once_for_the_children_to_inherit() -> None:
     scripts.preload()
     assert scripts.source.cache_info().currsize == len(names) > 10
     for name in names:
-        assert scripts.source(name) == (folder / "guard.lua").read_text() + (
-            folder / "workflow.lua").read_text() + (folder / f"{name}.lua").read_text()
+        assert scripts.source(name).endswith((folder / f"{name}.lua").read_text())
     assert scripts.source.cache_info().misses == len(names)  # no file read again
+
+
+def test_a_script_is_served_with_every_library_helper_it_reaches_and_no_other() -> None:
+    """Each served script defines, in the libraries' order, every helper whose name its text
+    reads, and none that nothing in it reads (a helper missing would be a nil global, which
+    Redis refuses at the call; one too many costs a closure at every call)."""
+    folder = Path(scripts.__file__).parent
+    texts = [(folder / f"{name}.lua").read_text() for name in ("guard", "workflow")]
+    statements = scripts._statements()
+    assert "".join(s.text for s in statements) == "".join(  # all but the header comments
+        text[re.search(r"^local ", text, re.M).start():] for text in texts)  # type: ignore[union-attr]
+    helpers = set().union(*(s.defines for s in statements))
+    assert {"wrong_type", "try", "release_unique", "workflow_done", "member_failed"} <= helpers
+    served_alone = []
+    for path in sorted(folder.glob("*.lua")):
+        if path.stem in ("guard", "workflow"):
+            continue
+        chosen = scripts.reached(path.read_text())
+        assert scripts.source(path.stem) == "".join(s.text for s in chosen) + path.read_text()
+        assert chosen == [s for s in statements if s in chosen]  # their order kept
+        defined = set().union(set(), *(s.defines for s in chosen))
+        read = scripts._words(path.read_text()).union(*(s.reads for s in chosen))
+        assert read & helpers <= defined, path.stem
+        assert all(s.defines & read for s in chosen), path.stem
+        if not chosen:
+            served_alone.append(path.stem)
+    assert "beat" in served_alone and "fetch" not in served_alone
+
+
+def test_a_helper_read_before_its_definition_is_served_with_it() -> None:
+    """settle reads member_succeeded, declared above it and defined below it: both go."""
+    chosen = scripts.reached("settle(bid)")
+    texts = [s.text for s in chosen]
+    assert any(t.startswith("member_succeeded = function") for t in texts)
+    assert any(t.startswith("local member_succeeded") for t in texts)
+    assert scripts.reached("-- settle(bid) in a comment\nreturn 'try'") == [
+        s for s in scripts._statements() if "try" in s.defines]
 
 
 def test_epoch_timestamps_stay_decimal() -> None:

@@ -1,4 +1,5 @@
--- guard.lua: prepended to every forkq script (forkq/scripts/__init__.py).
+-- guard.lua: the helpers served in front of every forkq script that calls them (only those:
+-- forkq/scripts/__init__.py serves a script with the top-level statements it reaches).
 --
 -- Redis does not roll back a script's earlier writes when a later command fails, so a
 -- script checks every key it will write before its first write and refuses, writing

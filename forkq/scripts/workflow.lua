@@ -1,4 +1,5 @@
--- workflow.lua: prepended to every forkq script after guard.lua (forkq/scripts/__init__.py):
+-- workflow.lua: served after guard.lua in front of the scripts that call it (its statements
+-- they reach: forkq/scripts/__init__.py):
 -- the bookkeeping of batches and chains (forkq/batches.py, forkq/canvas.py), run by the
 -- scripts that end a job's run: the acknowledgement (fetch.lua), the filing of a failure
 -- (fail.lua), the burial of a dead process's job (recover.lua). A callback is pushed here,
