@@ -97,7 +97,7 @@ def test_a_script_is_served_with_every_library_helper_it_reaches_and_no_other() 
         chosen = scripts.reached(path.read_text())
         assert scripts.source(path.stem) == "".join(s.text for s in chosen) + path.read_text()
         assert chosen == [s for s in statements if s in chosen]  # their order kept
-        defined = set().union(set(), *(s.defines for s in chosen))
+        defined = set().union(*(s.defines for s in chosen))
         read = scripts._words(path.read_text()).union(*(s.reads for s in chosen))
         assert read & helpers <= defined, path.stem
         assert all(s.defines & read for s in chosen), path.stem
