@@ -42,8 +42,8 @@ import psutil
 import pytest
 import redis
 
+from forkq import api, scripts
 from forkq import client as clients
-from forkq import scripts
 from forkq.client import Client
 from forkq.embedded import EmbeddedServer, find_binary
 from forkq.subprocesses import wait_for
@@ -367,6 +367,22 @@ def until(condition: Callable[[], Any], timeout: float = 15,
     a function, called only on failure)."""
     if not wait_for(lambda: bool(condition()), timeout, interval=0.02):
         raise AssertionError((message() if callable(message) else message) or "timed out")
+
+
+def until_retried(r: redis.Redis, condition: Callable[[], Any], timeout: float = 15,
+                  message: str | Callable[[], str] = "") -> None:
+    """:func:`until`, pushing each job of the retry set to its queue at every poll, unchanged
+    (``retry_count`` kept, so retries are counted as ever), as the leader does once a retry is
+    due: the retry path without forkq's backoff of 15 s and more, for tests whose subject is
+    what follows a failure, not when its retry runs."""
+    retries = api.RetrySet(r)
+
+    def pushed_then(condition_holds: Callable[[], Any]) -> Any:
+        for entry in list(retries.entries(100)):
+            retries.add_to_queue(entry)
+        return condition_holds()
+
+    until(lambda: pushed_then(condition), timeout, message)
 
 
 def named(r: redis.Redis, name: str) -> list[int]:

@@ -20,7 +20,7 @@ from forkq.embedded import EmbeddedServer
 from forkq.progress import write as write_progress
 
 from . import flows
-from .conftest import Daemon, run_forkq, until
+from .conftest import Daemon, run_forkq, until, until_retried
 from .test_operator_cli import MODES, Ops
 
 DAEMON = "concurrency: 2\nrequire: flows\nlog_level: warning\n"
@@ -301,8 +301,8 @@ def test_job_shows_a_chain_that_failed_at_a_step(
     cid = forkq.chain(flows.step.s(0, "a"), flows.broken_step.s(),
                       flows.step.s("c")).perform_async()
     d = daemon(DAEMON)
-    until(lambda: forkq.chain_status(cid).state == "failed",  # type: ignore[union-attr]
-          40, lambda: d.log())
+    until_retried(r, lambda: forkq.chain_status(cid).state == "failed",  # type: ignore[union-attr]
+                  40, lambda: d.log())
     broken = forkq.chain_status(cid).steps[1][1]  # type: ignore[union-attr]
     shown = ops("job", broken)
     if ops.json:

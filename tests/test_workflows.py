@@ -21,7 +21,7 @@ from forkq.daemon.child_process import QUICK_DEATH
 from forkq.daemon.held_jobs import KILL_LIMIT
 
 from . import flows
-from .conftest import holding, records, until
+from .conftest import holding, records, until, until_retried
 
 CONFIG = "concurrency: 4\nrequire: flows\nlog_level: warning\n"
 
@@ -123,7 +123,7 @@ def test_on_success_waits_for_jobs_that_fail_twice_then_succeed(
         for n in range(20):
             flows.item.perform_async(100 + n)
     daemon(CONFIG)
-    until(lambda: len(_callbacks(r, "success")) == 1, 60)
+    until_retried(r, lambda: len(_callbacks(r, "success")) == 1, 60)
     time.sleep(0.5)
     flaky_ends = [row["at"] for row in _ran(r) if row["n"] < 10]
     success, complete = _callbacks(r, "success"), _callbacks(r, "complete")
@@ -180,7 +180,7 @@ def test_a_failing_step_stops_the_chain_after_its_retries(
     cid = forkq.chain(flows.step.s(1, "a"), flows.broken_step.s(),
                       flows.step.s("c")).perform_async()
     daemon(CONFIG)
-    until(lambda: _chain_state(cid) == "failed", 60)
+    until_retried(r, lambda: _chain_state(cid) == "failed", 60)
     status = forkq.chain_status(cid)
     assert status is not None and status.failed_step == 2 and status.step == 2
     labels = [row["label"] for row in records(r, "test:wf:steps")]
@@ -214,7 +214,7 @@ def test_a_job_adds_100_jobs_to_its_own_running_batch(
         for n in range(3):
             flows.item.perform_async(n)
     daemon(CONFIG)
-    until(lambda: len(_callbacks(r, "success")) == 1, 60)
+    until_retried(r, lambda: len(_callbacks(r, "success")) == 1, 60)
     time.sleep(0.5)
     [success] = _callbacks(r)
     added = [row for row in _ran(r) if row["n"] >= 1000]
@@ -236,7 +236,7 @@ def test_a_batch_of_batches_fires_the_parents_callback_once_after_every_child_su
     status = forkq.batch_status(parent.bid)
     assert status is not None and status.total == 4  # 3 child batches and a job
     daemon(CONFIG)
-    until(lambda: len(_callbacks(r, "parent")) == 1, 60)
+    until_retried(r, lambda: len(_callbacks(r, "parent")) == 1, 60)
     time.sleep(0.5)
     tags = sorted(row["tag"] for row in _callbacks(r))
     assert tags == ["child0", "child1", "child2", "parent"]
