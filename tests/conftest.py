@@ -240,6 +240,18 @@ def root_handlers() -> Iterator[None]:
         root.setLevel(level)
 
 
+TEARDOWN_GRACE = 1.0
+"""Seconds the daemons a test started have, all at once, to stop on TERM after it; then
+they are killed (a graceful stop waits for running jobs: a test's own stop checks that)."""
+
+
+def _descendants(pid: int) -> set[int]:
+    """The pids of every process under ``pid`` now (none once it is gone)."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+    return set()
+
+
 @pytest.fixture
 def daemon(server: EmbeddedServer, r: redis.Redis, tmp_path: Path
            ) -> Iterator[Callable[..., Daemon]]:
@@ -269,9 +281,18 @@ def daemon(server: EmbeddedServer, r: redis.Redis, tmp_path: Path
 
     yield start
     for d in started:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            known.update(p.pid for p in psutil.Process(d.pid).children(recursive=True))
-        d.stop(timeout=3)  # the test is over: a daemon slow to stop (Redis gone) is killed
+        known.update(_descendants(d.pid))
+        if d.process is not None and d.process.poll() is None:
+            d.signal(signal.SIGTERM)
+    deadline = time.monotonic() + TEARDOWN_GRACE
+    for d in started:
+        assert d.process is not None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            d.process.wait(max(0.0, deadline - time.monotonic()))
+        if d.process.poll() is None:  # the test is over: one slow to stop (jobs still
+            known.update(_descendants(d.pid))  # running, Redis gone) is killed, with the
+            d.process.kill()  # children it forked since the first look
+            d.process.wait()
         if hasattr(d.stderr, "close"):
             d.stderr.close()  # type: ignore[union-attr]
     for pid in known:
