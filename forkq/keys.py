@@ -68,7 +68,8 @@ forkq's own keys:
   rebuilds it with one SCAN for ``forkq:inflight:*`` lists.
 - ``forkq:unfiled`` — zset, no TTL — failures that could not be filed because ``retry``
   or ``dead`` held another type: ``<retry|dead>|<job JSON>``, scored as it would have been
-  there; the leader files them with each orphan sweep once the set accepts them again.
+  there; the leader files them with its next full orphan sweep (every tenth sweep: 30 s
+  with the default settings) once the set accepts them again.
   *Wrong type:* a failure whose set is of the wrong type too stays held in its
   processor's in-flight list, filed again every second.
 - ``forkq:beats:<identity>`` — hash, 60 s — each child's own heartbeat: child pid →

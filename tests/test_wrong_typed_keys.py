@@ -362,7 +362,8 @@ NAMED = {  # what the log says when the key holds the wrong type
 def test_a_wrong_typed_key_loses_no_job_and_the_log_names_it(r: redis.Redis, daemon: Any,
                                                             key: str) -> None:
     _wrong(r, key, "hash" if key == keys.LEADER else "string")
-    d = daemon(CONFIG)
+    d = daemon(CONFIG.replace("orphan_sweep_interval: 1", "orphan_sweep_interval: 0.5")
+               )  # the unfiled are filed with every tenth sweep: 5 s
     d.wait_children(2)
     client = forkq.Client(r)
     ran = [push(r, "Record", n, queue="other") for n in range(3)]
@@ -420,7 +421,7 @@ def test_processors_whose_failures_cannot_be_filed_keep_working(
     the set was mended); the failures wait in ``forkq:unfiled`` and reach their set, each
     once, when it is mended."""
     _wrong(r, target)
-    d = daemon("concurrency: 3\nrequire: jobs\norphan_sweep_interval: 1\n")
+    d = daemon("concurrency: 3\nrequire: jobs\norphan_sweep_interval: 0.5\n")  # refiled: 5 s
     d.wait_children(3)
     client = forkq.Client(r)
     failed = [client.push({"class": "Boom", "args": ["b"], "retry": 2 if target == "retry"

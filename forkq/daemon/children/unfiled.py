@@ -2,11 +2,13 @@
 
 A processor whose failure's set (``retry`` or ``dead``) held another type parked it in
 ``forkq:unfiled`` as ``<retry|dead>|<job JSON>`` at the score it was due (fail.lua) and
-went on working. With each orphan sweep the leader moves up to :data:`BATCH` of those
-entries into their set with entry.lua (the member leaves ``forkq:unfiled`` and arrives in
+went on working. With every full orphan sweep (one in
+:data:`~forkq.daemon.children.scheduler.FULL_SWEEP_EVERY`: every 30 s with the default
+settings) the leader moves up to :data:`BATCH` of those entries into their set with
+entry.lua (the member leaves ``forkq:unfiled`` and arrives in
 its set in one step; a set still of the wrong type is reported, naming it, and its entries
 wait). An entry with no ``retry|`` / ``dead|`` prefix (any client may write anything)
-goes to ``dead`` as it is. Steady state: one ``ZRANGE`` of an empty key per sweep.
+goes to ``dead`` as it is. Steady state: one ``ZRANGE`` of an empty key per full sweep.
 """
 
 from __future__ import annotations
