@@ -398,12 +398,12 @@ def until_retried(r: redis.Redis, condition: Callable[[], Any], timeout: float =
     what follows a failure, not when its retry runs."""
     retries = api.RetrySet(r)
 
-    def pushed_then(condition_holds: Callable[[], Any]) -> Any:
+    def retried_then_checked() -> Any:
         for entry in list(retries.entries(100)):
             retries.add_to_queue(entry)
-        return condition_holds()
+        return condition()
 
-    until(lambda: pushed_then(condition), timeout, message)
+    until(retried_then_checked, timeout, message)
 
 
 def named(r: redis.Redis, name: str) -> list[int]:
