@@ -16,7 +16,7 @@ import pytest
 import redis
 
 import forkq
-from forkq import Client, keys
+from forkq import Client, api, keys
 from forkq.daemon.child_process import QUICK_DEATH
 from forkq.daemon.held_jobs import KILL_LIMIT
 
@@ -35,19 +35,11 @@ def _ran(r: redis.Redis) -> list[dict[str, Any]]:
 
 
 def _whereabouts(r: redis.Redis, bid: str) -> dict[str, list[str]]:
-    """Where each pending member of batch ``bid`` is: the lists and sorted sets that hold
-    its jid (for a failure's message)."""
-    jids = {jid.decode() for jid in r.smembers(f"{keys.batch(bid)}:pending")}
-    found: dict[str, list[str]] = {jid: [] for jid in jids}
-    for key in r.scan_iter(count=1000):
-        kind = r.type(key)
-        items = (r.lrange(key, 0, -1) if kind == b"list" else
-                 r.zrange(key, 0, -1) if kind == b"zset" else [])
-        for item in items:
-            for jid in jids:
-                if jid.encode() in item:
-                    found[jid].append(key.decode())
-    return found
+    """Where each pending member of batch ``bid`` is (``forkq job``'s lookup: kind and key of
+    each place), for a failure's message."""
+    jids = [jid.decode() for jid in r.smembers(f"{keys.batch(bid)}:pending")]
+    return {jid: [f"{place.kind} {place.key}" for place in api.find_job(r, jid).places]
+            for jid in jids}
 
 
 def _twice_killed_job(r: redis.Redis, pid: int) -> bool:
@@ -214,7 +206,7 @@ def test_a_job_adds_100_jobs_to_its_own_running_batch(
         for n in range(3):
             flows.item.perform_async(n)
     daemon(CONFIG)
-    until_retried(r, lambda: len(_callbacks(r, "success")) == 1, 60)
+    until(lambda: len(_callbacks(r, "success")) == 1, 60)
     time.sleep(0.5)
     [success] = _callbacks(r)
     added = [row for row in _ran(r) if row["n"] >= 1000]
