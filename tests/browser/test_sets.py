@@ -28,6 +28,7 @@ from .harness import (
     LiveDaemon,
     WebServer,
     click,
+    hold_still,
     open_page,
     press,
     rows,
@@ -58,7 +59,11 @@ def _bury(rc: redis.Redis, klass: str, *args: Any, message: str = "it broke") ->
 
 
 def _search(driver: WebDriver, page: str, query: str, field: str = "any") -> list[str]:
-    """Search ``page`` through its form; the jids listed."""
+    """Search ``page`` through its form; the jids listed. The live refresh is held first: a
+    visitor's focus on the box holds it, but WebDriver's ``clear()`` blurs the box again, and
+    a refresh that swaps ``<main>`` while keys are sent fails them ("element not
+    interactable", seen with the page refreshing every second on a loaded host)."""
+    hold_still(driver)
     form = f"#{page}-search"
     box = driver.find_element(By.CSS_SELECTOR, f"{form} input[name=q]")
     box.clear()
