@@ -36,9 +36,10 @@ Exceptions = tuple[type[BaseException], ...]
 @dataclass(frozen=True)
 class RetryRules:
     """A job's own retry rules (its registered options, never read from a payload):
-    ``retry`` (true / false / int), ``retry_in(count, exc)`` (a base delay in seconds, or
-    ``"kill"`` / ``"discard"``), the exception classes it retries (``retry_on``; None:
-    every one; any other goes to the dead set at once) and those it drops (``discard_on``)."""
+    ``retry`` (true / false / int), ``retry_in(count, exc)`` (seconds to wait before the
+    retry, jitter added; 0 or less: the default; or ``"kill"`` / ``"discard"``), the
+    exception classes it retries (``retry_on``; None: every one; any other goes to the dead
+    set at once) and those it drops (``discard_on``)."""
 
     retry: bool | int = True
     retry_in: RetryIn | None = None
@@ -52,7 +53,7 @@ class JobOptions:
 
     ``retry``: True = ``max_retries`` attempts (25), an int = that many, 0 = dead at
     the first failure, False = drop. ``backtrace``: store True = all lines, N = the
-    first N. ``retry_in(count, exc)`` overrides the backoff's base delay. ``extra``
+    first N. ``retry_in(count, exc)`` overrides the default delay (``count**4 + 15``). ``extra``
     holds other payload keys (``tags``, ``retry_queue``, ``dead``...).
     """
 

@@ -29,7 +29,7 @@ def item(n: int, seconds: float = 0.0) -> int:
     return 2 * n
 
 
-@forkq.job(name="wf_flaky", retry=5, retry_in=lambda count, exc: 0)
+@forkq.job(name="wf_flaky", retry=5, retry_in=lambda count, exc: 1)
 def flaky(n: int) -> int:
     """Fails its first two runs, then succeeds (recorded)."""
     runs = clients.default().redis.incr(f"test:wf:flaky:{n}")
@@ -67,7 +67,7 @@ def step(value: Any, label: str) -> list[Any]:
     return [*(value if isinstance(value, list) else [value]), label]
 
 
-@forkq.job(name="wf_broken_step", retry=1, retry_in=lambda count, exc: 0)
+@forkq.job(name="wf_broken_step", retry=1, retry_in=lambda count, exc: 1)
 def broken_step(value: Any) -> None:
     """A chain's step that always fails (one retry)."""
     _note("test:wf:steps", label="broken", value=value)

@@ -174,7 +174,10 @@ def test_backoff_is_sidekiqs_formula() -> None:
         delays = {failures.backoff(count, random.Random(seed)) for seed in range(200)}
         assert min(delays) == count**4 + 15
         assert max(delays) == count**4 + 15 + 9 * (count + 1)
-    assert failures.backoff(2, random.Random(1), base=100) - 100 - 15 in range(0, 28, 3)
+    assert failures.backoff(2, random.Random(1), base=100) - 100 in range(0, 28, 3)
+    assert failures.backoff(2, random.Random(1), base=0.5) - 0.5 in range(0, 28, 3)
+    for no_base in (0, -5):  # Sidekiq: a custom delay of 0 or less means the default
+        assert failures.backoff(2, random.Random(1), base=no_base) - 16 - 15 in range(0, 28, 3)
 
 
 def test_allowed_retries() -> None:
@@ -251,7 +254,8 @@ def test_retry_in_sets_the_base_delay_and_a_faulty_one_falls_back_to_the_default
         raise KeyError("app bug")
 
     exc = RuntimeError("x")
-    for retry_in, low, high in [(lambda c, e: 1000, 1015, 1024), (boom, 15, 24),
+    for retry_in, low, high in [(lambda c, e: 1000, 1000, 1009), (boom, 15, 24),
+                                (lambda c, e: 0, 15, 24),
                                 (lambda c, e: "soon", 15, 24), (None, 15, 24)]:
         payload = job.build("X", [], queue="q", now=1.0)
         planned = failures.plan(payload, exc, max_retries=25, rng=random.Random(0), now=0.0,

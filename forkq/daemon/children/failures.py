@@ -6,9 +6,10 @@ allows ``max_retries`` (25) retries, an int N allows N, ``0`` sends the job to
 the dead set at once, ``false`` drops it (counted as failed, kept nowhere).
 ``dead: false`` never buries. A payload with ``retry_for`` (seconds; Sidekiq 7.1.3+)
 also goes to the dead set once ``failed_at + retry_for`` has passed. The delay is
-``count**4 + 15 + rand(10)*(count+1)`` seconds, where a job's ``retry_in(count, exc)``
-may replace ``count**4`` (if it raises or returns something other than a number,
-``count**4`` stays), or return ``"kill"`` (to the dead set now) or ``"discard"`` (dropped).
+``count**4 + 15 + rand(10)*(count+1)`` seconds; a job's ``retry_in(count, exc)`` that returns
+a number above 0 replaces ``count**4 + 15`` (the jitter is still added, as in Sidekiq's
+``delay_for``); 0 or less, anything other than a number, or an error keeps the default; it
+may also return ``"kill"`` (to the dead set now) or ``"discard"`` (dropped).
 Rules by exception come first: an exception of the job's ``discard_on`` classes drops the
 job, and with ``retry_on`` given an exception of no class in it goes to the dead set at once
 (:class:`~forkq.registry.RetryRules`). The
@@ -63,8 +64,12 @@ class Failure:
 
 
 def backoff(count: int, rng: random.Random, base: float | None = None) -> float:
-    """Seconds until retry number ``count`` (0-based): ``base`` (default count**4) + jitter."""
-    return (count**4 if base is None else base) + 15 + rng.randrange(10) * (count + 1)
+    """Seconds until retry number ``count`` (0-based), as Sidekiq 6.4's ``delay_for``: ``base``
+    when it is above 0, else ``count**4 + 15``; plus the jitter ``rand(10) * (count + 1)``."""
+    jitter = rng.randrange(10) * (count + 1)
+    if base is not None and base > 0:
+        return base + jitter
+    return count**4 + 15 + jitter
 
 
 def allowed_retries(retry: bool | int, max_retries: int) -> int | None:
