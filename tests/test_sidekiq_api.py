@@ -54,7 +54,7 @@ timeout: 2
 WORK = "apiwork"  # the only queue the daemon serves; "held" and "default" just wait
 TRICKY = ['é/\u2028"q\x01', 1e-05, 1e20, 2**70, 0.1, -0.0, {"k": [None, True, 1.5]}]
 HOUR = 3600.0
-BACKOFF = (HOUR + 15, HOUR + 15 + 9)  # SlowRetry's first retry: 3600 + 15 + rand(10) s
+BACKOFF = (HOUR, HOUR + 9)  # SlowRetry's first retry: its retry_in (3600) + rand(10) s
 
 
 # --- the scene forkq writes ------------------------------------------------------------------
