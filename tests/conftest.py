@@ -269,13 +269,43 @@ def _descendants(pid: int) -> set[int]:
     return set()
 
 
+FAILED = pytest.StashKey[bool]()
+"""Set on a test whose call phase failed (its daemons' stacks are dumped in teardown)."""
+DUMP_WAIT = 3.0
+"""Seconds a failed test's live daemons have to log their stacks after TTIN."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Iterator[None]:
+    """Remember a failed call (see :data:`FAILED`)."""
+    report = yield
+    if report.when == "call" and report.failed:  # type: ignore[attr-defined]
+        item.stash[FAILED] = True
+    return report  # type: ignore[return-value]
+
+
+def _dump_stacks(daemons: list[Daemon]) -> None:
+    """After a failed test, ask each daemon still running for its stacks (TTIN: the master's,
+    and each child's with its job, from the child's beat thread), and print its log then:
+    pytest shows it with the test's teardown output, so a daemon stuck somewhere says where."""
+    live = [d for d in daemons if d.alive()]
+    for d in live:
+        d.signal(signal.SIGTTIN)
+    wait_for(lambda: all(d.log().count("TTIN: ") > len(d.children()) + 1 for d in live),
+             DUMP_WAIT)  # the master logs two lines, each child one
+    for d in live:
+        print(f"--- daemon {d.pid}: its log after TTIN (the test failed) ---\n{d.log()[-30000:]}")
+
+
 @pytest.fixture
-def daemon(server: EmbeddedServer, r: redis.Redis, tmp_path: Path
-           ) -> Iterator[Callable[..., Daemon]]:
+def daemon(request: pytest.FixtureRequest, server: EmbeddedServer, r: redis.Redis,
+           tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     """Factory: ``daemon(yaml_text)`` starts ``forkq run`` on the session server.
 
     ``new_session=True`` starts it in its own session and process group (for killpg).
-    Keyword arguments in capitals are added to its environment.
+    Keyword arguments in capitals are added to its environment. When the test failed, the
+    daemons still running log their stacks before they are stopped (:func:`_dump_stacks`).
     """
     started: list[Daemon] = []
     known: set[int] = set()
@@ -297,6 +327,8 @@ def daemon(server: EmbeddedServer, r: redis.Redis, tmp_path: Path
         return d
 
     yield start
+    if request.node.stash.get(FAILED, False):
+        _dump_stacks(started)
     for d in started:
         known.update(_descendants(d.pid))
         if d.process is not None and d.process.poll() is None:
