@@ -285,10 +285,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
     return report  # type: ignore[return-value]
 
 
-def _dump_stacks(daemons: list[Daemon]) -> None:
+def _dump_stacks(daemons: list[Daemon], r: redis.Redis) -> None:
     """After a failed test, ask each daemon still running for its stacks (TTIN: the master's,
-    and each child's with its job, from the child's beat thread), and print its log then:
-    pytest shows it with the test's teardown output, so a daemon stuck somewhere says where."""
+    and each child's with its job, from the child's beat thread), and print its log then,
+    and the server's clients (a process left by an earlier test and still waiting on a queue
+    would show there): pytest shows it with the test's teardown output."""
     live = [d for d in daemons if d.alive()]
     for d in live:
         d.signal(signal.SIGTTIN)
@@ -296,6 +297,10 @@ def _dump_stacks(daemons: list[Daemon]) -> None:
              DUMP_WAIT)  # the master logs two lines, each child one
     for d in live:
         print(f"--- daemon {d.pid}: its log after TTIN (the test failed) ---\n{d.log()[-30000:]}")
+    with contextlib.suppress(redis.RedisError):
+        clients = "\n".join(f"{c.get('name')!r} {c.get('cmd')} age={c.get('age')}s "
+                            f"idle={c.get('idle')}s addr={c.get('addr')}" for c in r.client_list())
+        print(f"--- the server's clients ---\n{clients}")
 
 
 @pytest.fixture
@@ -328,7 +333,7 @@ def daemon(request: pytest.FixtureRequest, server: EmbeddedServer, r: redis.Redi
 
     yield start
     if request.node.stash.get(FAILED, False):
-        _dump_stacks(started)
+        _dump_stacks(started, r)
     for d in started:
         known.update(_descendants(d.pid))
         if d.process is not None and d.process.poll() is None:
