@@ -448,8 +448,9 @@ def until_retried(r: redis.Redis, condition: Callable[[], Any], timeout: float =
                   message: str | Callable[[], str] = "") -> None:
     """:func:`until`, pushing each job of the retry set to its queue at every poll, unchanged
     (``retry_count`` kept, so retries are counted as ever), as the leader does once a retry is
-    due: the retry path without forkq's backoff of 15 s and more, for tests whose subject is
-    what follows a failure, not when its retry runs."""
+    due: the retry path without waiting for each retry's delay (its jitter alone is up to
+    9 s * (retry_count + 1)), for tests whose subject is what follows a failure, not when its
+    retry runs."""
     retries = api.RetrySet(r)
 
     def retried_then_checked() -> Any:

@@ -347,6 +347,9 @@ def test_a_wrong_typed_registry_is_rebuilt_from_the_in_flight_lists(r: redis.Red
 # --- the daemon: each key of the wrong type in turn -------------------------------------------
 
 CONFIG = PAYLOAD_CONFIG + "queues: [default, other]\n"
+SWEEPING = CONFIG.replace("orphan_sweep_interval: 1\n", "orphan_sweep_interval: 0.5\n")
+"""CONFIG with a sweep every 0.5 s: the unfiled are filed with every tenth sweep (5 s)."""
+assert SWEEPING != CONFIG, "test_hostile_payloads.CONFIG no longer sets the sweep to 1 s"
 
 NAMED = {  # what the log says when the key holds the wrong type
     "retry": "key 'retry' holds a string",
@@ -362,8 +365,7 @@ NAMED = {  # what the log says when the key holds the wrong type
 def test_a_wrong_typed_key_loses_no_job_and_the_log_names_it(r: redis.Redis, daemon: Any,
                                                             key: str) -> None:
     _wrong(r, key, "hash" if key == keys.LEADER else "string")
-    d = daemon(CONFIG.replace("orphan_sweep_interval: 1", "orphan_sweep_interval: 0.5")
-               )  # the unfiled are filed with every tenth sweep: 5 s
+    d = daemon(SWEEPING)
     d.wait_children(2)
     client = forkq.Client(r)
     ran = [push(r, "Record", n, queue="other") for n in range(3)]
