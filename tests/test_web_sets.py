@@ -285,20 +285,31 @@ def test_links_keep_the_mount_prefix(r: redis.Redis, served: Callable[..., Brows
     assert answer.header("Location") == "/ops/forkq/dead" and r.zcard(keys.DEAD) == 29
 
 
+SET_PAGES = ("Scheduled", "Retries", "Dead", "Dead, page 4000", "Dead, search by class",
+             "Dead, search: no match", "Dead, search in args", "a dead job", "a retry",
+             "a scheduled job")
+"""The pages of this module, whose cost must not grow with the set they show."""
+SET_PAGE_COMMANDS = 10
+SET_PAGE_KIB = 32.0
+
+
 @pytest.mark.process
 def test_bench_web_times_every_page_at_scale() -> None:
     """``bench/web_pages.py`` fills its own throwaway server (100,000 dead jobs, 1,000 queues)
-    and prints one row per page; the pages of this module pass the 100 ms bound there."""
+    and prints one row per page, each served (200). The pages of this module answer at that
+    scale with a page's worth of Redis commands and bytes, not the set's: their render time
+    under the bench's 100 ms bound is the bench's figure (its exit status), never this test's,
+    since a loaded host can miss any wall-clock bound."""
     done = run_bench("web_pages.py", timeout=300)
-    table = {line[:24].strip(): line for line in done.stdout.splitlines()}
+    table = {line[:24].strip(): line.split() for line in done.stdout.splitlines() if line}
     assert "dead 100,000" in done.stdout and "queues 1,000" in done.stdout, done.stdout
     for label, _ in web_pages.pages(dict.fromkeys(("dead", "retries", "scheduled"), "k")):
         assert label in table, done.stdout
-    for label in ("Scheduled", "Retries", "Dead", "Dead, page 4000", "Dead, search by class",
-                  "Dead, search: no match", "Dead, search in args", "a dead job", "a retry",
-                  "a scheduled job"):
-        assert table[label].endswith("PASS"), done.stdout
-    failing = [line for line in table.values() if line.endswith(("FAIL", "MISSING"))]
+        assert table[label][-9] == "200", done.stdout
+    for label in SET_PAGES:
+        kib, commands = float(table[label][-8]), int(table[label][-7])
+        assert commands <= SET_PAGE_COMMANDS and kib <= SET_PAGE_KIB, (label, done.stdout)
+    failing = [row for row in table.values() if row[-1] in ("FAIL", "MISSING")]
     assert done.returncode == (1 if failing else 0), done.stderr
 
 
