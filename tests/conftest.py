@@ -58,6 +58,9 @@ BENCH = ROOT / "bench"
 sys.path.insert(0, str(BENCH))  # the benchmarks of a clone import each other by plain name
 PROCESS_FIXTURES = frozenset({"daemon", "ops", "hung_server", "password_server", "web_cli"})
 PROCESS_MODULES = frozenset({"test_cli", "test_operator_cli", "test_layout", "test_seat"})
+NEXT_BEAT = 30.0
+"""How long a test waits for each child's next heartbeat: an idle child beats once per
+keepalive (``liveness_timeout`` / 3: 10 s by default), on a turn of its beat thread."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

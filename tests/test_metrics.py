@@ -28,7 +28,7 @@ from forkq.metrics import layout, prometheus, query, recorder, sampler, text_for
 from forkq.metrics.recorder import Recorder, job_class, queue_writes
 
 from . import flows
-from .conftest import Daemon, identity_of, records, run_bench, until
+from .conftest import NEXT_BEAT, Daemon, identity_of, records, run_bench, until
 from .test_sidekiq_interop import _run_ruby
 
 RUNS = 7  # Record jobs
@@ -248,12 +248,11 @@ def test_hostile_metrics_keys_do_not_stop_the_beat_the_readers_or_the_exposition
         return sum(int(r.hget(key, "Record|p") or 0) for key in r.keys("j|20*"))
     until(lambda: written() == 2, 10, lambda: d.log())
     until(lambda: "job metrics not written" in d.log(), 10, lambda: d.log())
-    # the children's beats go on after the refused writes; an idle child beats once per
-    # keepalive (liveness_timeout / 3: 10 s after the beat that carried the refused writes)
+    # the children's beats go on after the refused writes
     beats = identity_beats(r, d)
     assert beats, d.log()
     until(lambda: all(seq > beats[pid] for pid, seq in identity_beats(r, d).items()
-                      if pid in beats), 30, lambda: d.log())
+                      if pid in beats), NEXT_BEAT, lambda: d.log())
     assert query.job_classes(r, 1, now) == []  # the minute whose keys are hostile
     assert query.queue_series(r, "default", 1, now) == []
     assert sampler.sample(r, time.time()) in (0, 1)
@@ -398,7 +397,7 @@ def test_beats_and_metrics_survive_a_script_flush(r: redis.Redis, daemon: Any) -
     _push_work(r, runs=2, fails=0)
     _done(r, d, "default", 3, 0)  # the counts of the jobs after the flush were written
     until(lambda: all(seq > beats[pid] for pid, seq in identity_beats(r, d).items()
-                      if pid in beats), 10, lambda: d.log())  # with a beat (their news)
+                      if pid in beats), NEXT_BEAT, lambda: d.log())
 
 
 @pytest.mark.bench

@@ -31,7 +31,7 @@ from forkq.embedded import EmbeddedServer
 from forkq.ops.queues import Queue
 from forkq.ops.sorted_sets import RetrySet
 
-from .conftest import push, records, throwaway_server, until
+from .conftest import NEXT_BEAT, push, records, throwaway_server, until
 from .test_hostile_payloads import CONFIG as PAYLOAD_CONFIG
 from .test_supervision import started
 
@@ -533,7 +533,8 @@ def test_a_daemon_started_at_maxmemory_works_and_says_why_writes_wait(
     identity = d.logged_identity()
     beats = f"forkq:beats:{identity}"
     seqs = _seqs(full, beats)
-    until(lambda: all(_seqs(full, beats).get(pid, 0) > seq for pid, seq in seqs.items()), 10,
+    until(lambda: all(_seqs(full, beats).get(pid, 0) > seq for pid, seq in seqs.items()),
+          NEXT_BEAT,
           "the children's beats must go on at maxmemory, or the master culls them")
     assert len(seqs) == 3 and d.alive()  # two processors and the scheduler
     assert full.sismember("processes", identity), "the process record must be written too"
