@@ -305,10 +305,15 @@ class Http:
 
 def click(driver: WebDriver, css: str, *, confirm: bool = False) -> None:
     """Click the first element matching ``css``, and accept the confirmation it asks when
-    ``confirm``. A live refresh may replace the element between finding and clicking: then
-    it is found again."""
+    ``confirm``. The page's live refresh is held first (:func:`hold_still`): it swaps the
+    element every second, and on a loaded host WebDriver's find-then-click can take longer
+    than that every time. A click that navigates leaves the hold behind with its page; one
+    that does not (a checkbox) leaves the page held, as a visitor's selection does. The
+    previous click's navigation may still replace the page (and its hold) once: then the
+    page is held again and the element found again."""
 
     def attempt(d: WebDriver) -> bool:
+        hold_still(d)
         try:
             found = d.find_elements(By.CSS_SELECTOR, css)
             if not found:
@@ -345,6 +350,8 @@ def rows(driver: WebDriver, table: str, attribute: str) -> list[str]:
 def hold_still(driver: WebDriver) -> None:
     """Stop the live refresh of this page (as forkq.js does while a visitor types): a test
     that edits the page's forms keeps its edits."""
-    driver.execute_script("var hold = document.createElement('span');"
-                          "hold.setAttribute('data-norefresh', '');"
-                          "document.querySelector('main').appendChild(hold);")
+    driver.execute_script("var main = document.querySelector('main');"
+                          "if (main && !main.querySelector('[data-norefresh]')) {"
+                          "  var hold = document.createElement('span');"
+                          "  hold.setAttribute('data-norefresh', '');"
+                          "  main.appendChild(hold); }")

@@ -174,7 +174,8 @@ def test_periodic_lists_each_entry_and_enqueue_now_pushes_it(
         browser: WebDriver, web: WebServer, rc: redis.Redis) -> None:
     open_page(browser, web, "/periodic", "periodic")
     row = '#periodic-table tr[data-periodic="browser-nightly"]'
-    cells = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, f"{row} td")]
+    cells = settled(lambda: [cell.text for cell in browser.find_elements(By.CSS_SELECTOR,
+                                                                          f"{row} td")])
     assert "0 3 * * *" in cells and "Europe/Berlin" in cells and "Record" in cells, cells
     assert text_of(browser, f"{row} [data-field=next]"), "no next tick"
     press(browser, row, "enqueue")
