@@ -686,3 +686,21 @@ def test_the_first_turn_forks_at_once(master: Callable[..., Master]) -> None:
     start = m.clock.monotonic()
     m.turn()
     assert len(m.children()) == 2 and m.clock.monotonic() == start  # no wait before forking
+
+
+def test_the_process_record_is_written_before_the_first_fork(
+        master: Callable[..., Master]) -> None:
+    """Its ``info.proof`` is how the next daemon on the host proves this one gone: a child may
+    take a job, and the whole daemon be SIGKILLed, before the first turn's beat (a loaded
+    host: the next daemon found no proof and left the job to the sweep, a minute later)."""
+    m = master()
+    written_at_fork: list[int] = []
+    fork = m.processes.fork
+
+    def recording_fork(body: Callable[[], int]) -> int:
+        written_at_fork.append(m.store.records)
+        return fork(body)
+
+    m.processes.fork = recording_fork  # type: ignore[method-assign]
+    m.turn()
+    assert len(written_at_fork) == 2 and min(written_at_fork) >= 1, written_at_fork

@@ -145,7 +145,12 @@ class Supervisor:
 
     def start(self) -> None:
         """Everything before the first turn of the loop: signals, the embedded server, Redis,
-        the pool and the scheduler slot, restart recovery. Uses the given effects."""
+        the pool and the scheduler slot, restart recovery, the first process record. Uses the
+        given effects.
+
+        The record is written before the first child forks: its ``info.proof`` is what lets
+        the next daemon on this host prove this one gone (:mod:`.restart_recovery`), and a
+        child may take a job, and the whole daemon be killed, before the first turn's beat."""
         self._pipe = self._effects.wakeup or SelfPipe(self.actions)
         self._notify = Notifier.from_environ()
         if self.config.pid_file:  # now that a signal sent to the pid it names is handled
@@ -165,6 +170,7 @@ class Supervisor:
         self._check_credentials()
         self._guarded(lambda: self._liveness.start(self.store), "setting the liveness key")
         self._reclaim()
+        self._beat()
         log.info("forkq %s starting: identity %s, %s, queues %s%s",
                  __version__, self.identity, counted(self.config.concurrency, "processor"),
                  _queues(self.config), " (strict)" if self.config.strict else "")
