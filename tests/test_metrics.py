@@ -72,6 +72,12 @@ def identity_beats(r: redis.Redis, d: Daemon) -> dict[bytes, int]:
     return {pid: json.loads(entry)["seq"] for pid, entry in r.hgetall(key).items()}
 
 
+def until_beaten_again(r: redis.Redis, d: Daemon, beats: dict[bytes, int]) -> None:
+    """Wait (:data:`NEXT_BEAT`) until each child of ``beats`` still there has beaten since."""
+    until(lambda: all(seq > beats[pid] for pid, seq in identity_beats(r, d).items()
+                      if pid in beats), NEXT_BEAT, lambda: d.log())
+
+
 def _done(r: redis.Redis, d: Daemon, queue: str, runs: int, fails: int) -> None:
     def settled() -> bool:
         counts = _forkq_counts(r)
@@ -251,8 +257,7 @@ def test_hostile_metrics_keys_do_not_stop_the_beat_the_readers_or_the_exposition
     # the children's beats go on after the refused writes
     beats = identity_beats(r, d)
     assert beats, d.log()
-    until(lambda: all(seq > beats[pid] for pid, seq in identity_beats(r, d).items()
-                      if pid in beats), NEXT_BEAT, lambda: d.log())
+    until_beaten_again(r, d, beats)
     assert query.job_classes(r, 1, now) == []  # the minute whose keys are hostile
     assert query.queue_series(r, "default", 1, now) == []
     assert sampler.sample(r, time.time()) in (0, 1)
@@ -396,8 +401,7 @@ def test_beats_and_metrics_survive_a_script_flush(r: redis.Redis, daemon: Any) -
     assert beats, d.log()
     _push_work(r, runs=2, fails=0)
     _done(r, d, "default", 3, 0)  # the counts of the jobs after the flush were written
-    until(lambda: all(seq > beats[pid] for pid, seq in identity_beats(r, d).items()
-                      if pid in beats), NEXT_BEAT, lambda: d.log())
+    until_beaten_again(r, d, beats)
 
 
 @pytest.mark.bench
