@@ -217,7 +217,22 @@ def test_every_connection_of_the_daemon_names_forkq(daemon: Any, tmp_path: Path)
               "the idle children are not waiting in Redis")
         named = f"redis-py(forkq_v{__version__})" if identified() else "redis-py"
         me = v.client_id()
-        theirs = [c for c in v.client_list() if int(c["id"]) != me]
+
+        def listed() -> list[dict[str, Any]]:
+            return [c for c in v.client_list() if int(c["id"]) != me]
+
+        # A connection is listed from its connect() on, without a lib-name until its
+        # handshake's CLIENT SETINFO lands: on a loaded host the children's other
+        # connections may still be opening while their fetches block. So wait until
+        # every connection has been through its handshake; one that never names itself
+        # fails here.
+        theirs: list[dict[str, Any]] = []
+
+        def handshaken() -> bool:
+            theirs[:] = listed()
+            return len(theirs) >= 2 + 2 * 4 and all(c["lib-name"] for c in theirs)
+
+        until(handshaken, 15, lambda: f"connections without a lib-name: {theirs}")
         v.close()
         assert d.stop() == 0
     finally:
