@@ -39,7 +39,7 @@ import redis
 
 from forkq import concurrency, durability, groups, keys, scripts, unique
 from forkq import payload as payloads
-from forkq.connection import KeptConnections, MasterLost, connect, round_trip
+from forkq.connection import KeptConnections, KeptRedis, MasterLost, connect, round_trip
 from forkq.durability import Durability
 from forkq.errors import EnqueueError
 from forkq.middleware import CLIENT, ClientChain, current_job
@@ -268,7 +268,8 @@ class Client(PushSteps):
         connections its pushes used as a client built from a URL does: a processor's
         client, for the jobs its jobs push (a checkout per push costs ~20 µs more)."""
         client = cls(redis_client)
-        client._kept = KeptConnections(redis_client)
+        client._kept = (redis_client.kept if isinstance(redis_client, KeptRedis)
+                        else KeptConnections(redis_client))
         return client
 
     def push(self, item: Mapping[str, Any], *, durable: bool | Durability = False

@@ -43,6 +43,10 @@ Two ways to get the connection:
   of its CPU (redis-py 8: a pid check and a lock each way, a readiness ``poll`` — a system
   call —, observability counters), where a connection that only ever carries whole round
   trips needs one check: that the server did not close it (:func:`drop_if_closed`).
+
+A processor's client is a :class:`KeptRedis`: a job body's ``pipeline(transaction=False)``
+(:class:`KeptPipeline`) goes out on those kept connections too, with redis-py's packing and
+response callbacks, so its replies and errors are redis-py's.
 """
 
 from __future__ import annotations
@@ -52,12 +56,13 @@ import functools
 import os
 import select
 import time
-from collections.abc import Iterator
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TypeVar
 
 import hiredis
 import redis
 from redis.backoff import NoBackoff
+from redis.client import Pipeline
 from redis.commands.core import Script
 from redis.retry import Retry
 from redis.sentinel import (
@@ -71,6 +76,7 @@ from forkq import __version__, redis_url
 
 EMBEDDED = "embedded"
 NO_RETRY = Retry(NoBackoff(), 0)
+T = TypeVar("T")
 """For clients that redis-py would otherwise give ten tries with growing pauses (those built
 with ``redis.Redis(...)``, not from a URL): one try; the caller decides what comes next."""
 SOCKET_NAME = "redis.sock"
@@ -90,9 +96,10 @@ def resolve_url(url: str, *, embedded_dir: str = ".forkq") -> str:
 
 def connect(
     url: str, *, embedded_dir: str = ".forkq", socket_timeout: float | None = None,
-    connect_timeout: float = 5.0,
+    connect_timeout: float = 5.0, redis_class: type[redis.Redis] = redis.Redis,
 ) -> redis.Redis:
-    """A client for ``url`` speaking RESP2, answering bytes, with a connect timeout (5 s).
+    """A client for ``url`` (an instance of ``redis_class``: :class:`KeptRedis` for a
+    processor's) speaking RESP2, answering bytes, with a connect timeout (5 s).
 
     ``socket_timeout`` bounds every reply; callers that must never hang (the
     master, heartbeat threads, the application's client) set it. ValueError names what is
@@ -109,10 +116,10 @@ def connect(
                               "socket_timeout": socket_timeout, "decode_responses": False,
                               **identified()}
     if redis_url.is_sentinel(resolved):
-        return _sentinel_master(redis_url.parse_sentinel(resolved), common)
+        return _sentinel_master(redis_url.parse_sentinel(resolved), common, redis_class)
     kind = redis_url.scheme(resolved)
     tcp = {} if kind == "unix" else {"socket_keepalive": True}
-    return redis.Redis.from_url(resolved, connection_class=FOLLOWING[kind], **common, **tcp)
+    return redis_class.from_url(resolved, connection_class=FOLLOWING[kind], **common, **tcp)
 
 
 @functools.cache
@@ -137,7 +144,8 @@ def identified() -> dict[str, Any]:
         return {}
 
 
-def _sentinel_master(target: redis_url.SentinelTarget, common: dict[str, Any]) -> redis.Redis:
+def _sentinel_master(target: redis_url.SentinelTarget, common: dict[str, Any],
+                     redis_class: type[redis.Redis]) -> redis.Redis:
     """A client of ``target``'s master: its pool asks the sentinels where the master is at
     every connection, and drops idle connections when the answer changes. A sentinel
     that does not answer within the connect timeout is skipped for the next: a sentinel's
@@ -157,7 +165,8 @@ def _sentinel_master(target: redis_url.SentinelTarget, common: dict[str, Any]) -
     connection_class = SentinelSSLMasterConnection if target.tls else SentinelMasterConnection
     client: redis.Redis = sentinels.master_for(  # type: ignore[no-untyped-call, unused-ignore]
         target.service, db=target.db, username=target.username, password=target.password,
-        connection_class=connection_class, socket_keepalive=True, **common, **tls)
+        redis_class=redis_class, connection_class=connection_class, socket_keepalive=True,
+        **common, **tls)
     return client
 
 
@@ -513,6 +522,11 @@ class KeptConnections:
     def round_trip(self, commands: Commands) -> list[Any]:
         """Send ``commands`` in one write on a kept connection; every reply, as
         :func:`exchange`."""
+        return self.using(lambda conn: exchange(conn, commands))
+
+    def using(self, use: Callable[[Any], T]) -> T:
+        """``use(conn)`` on a kept connection, checked open (:func:`drop_if_closed`); ``use``
+        disconnects it on an error that could leave a reply unread."""
         if self._forks != _forks:
             self._idle, self._forks = [], _forks
         try:
@@ -521,6 +535,71 @@ class KeptConnections:
             conn = self._pool.get_connection()  # checked by the pool
         try:
             drop_if_closed(conn)
-            return exchange(conn, commands)
+            return use(conn)
         finally:
             self._idle.append(conn)
+
+
+class KeptRedis(redis.Redis):
+    """A processor's client: ``pipeline(transaction=False)`` (a job body's usual way to
+    batch commands) gives a :class:`KeptPipeline`, which goes out on one of the client's
+    kept connections (:attr:`kept`, shared with the processor's pushes); anything else is
+    redis-py's own."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.kept = KeptConnections(self)
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Pipeline:
+        """redis-py's pipeline, but a :class:`KeptPipeline` when not a transaction."""
+        if transaction or shard_hint is not None:
+            return super().pipeline(transaction, shard_hint)
+        pipe = KeptPipeline(self.connection_pool, self.response_callbacks, transaction,
+                            shard_hint)
+        pipe.kept = self.kept
+        return pipe
+
+
+class KeptPipeline(Pipeline):
+    """redis-py's non-transactional pipeline whose :meth:`execute` sends the queued
+    commands in one write on a kept connection and reads each reply through redis-py's
+    response callbacks: the same commands, packing, replies and errors as redis-py's
+    (``raise_on_error`` included), without its per-call pool checkout, retry wrapper and
+    observability hooks, which cost a job body about as much as the rest of its run.
+
+    As every command of forkq's clients, it is tried once: a connection error drops the
+    connection and reaches the caller (the next call reconnects). A pipeline that WATCHes,
+    holds scripts or started MULTI runs as redis-py's."""
+
+    kept: KeptConnections
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        """Run the queued commands; their replies (the first error raised, as redis-py)."""
+        if self.watching or self.scripts or self.explicit_transaction or self.connection:
+            return super().execute(raise_on_error)
+        stack = self.command_stack
+        if not stack:
+            return []
+        try:
+            replies = self.kept.using(lambda conn: self._exchange(conn, stack))
+        finally:
+            self.reset()
+        if raise_on_error:
+            self.raise_first_error(stack, replies)  # type: ignore[no-untyped-call]
+        return replies
+
+    def _exchange(self, conn: Any, stack: list[Any]) -> list[Any]:
+        packed = conn.pack_commands([args for args, _ in stack])  # DataError: nothing sent
+        try:
+            conn.send_packed_command(packed)
+            replies: list[Any] = []
+            parse = self.parse_response  # redis-py's: decoding and response callbacks
+            for args, options in stack:
+                try:
+                    replies.append(parse(conn, args[0], **options))  # type: ignore[no-untyped-call]
+                except redis.ResponseError as exc:
+                    replies.append(exc)
+            return replies
+        except BaseException:
+            conn.disconnect()  # replies may be left unread on it
+            raise

@@ -34,7 +34,7 @@ from setproctitle import setproctitle
 from forkq import __version__
 from forkq import client as clients
 from forkq.config import Config
-from forkq.connection import connect
+from forkq.connection import KeptRedis, connect
 from forkq.daemon import liveness, logs, pipes
 from forkq.daemon.children.beat_thread import BeatThread
 from forkq.daemon.signals import STOP_SIGNAL, SelfPipe
@@ -178,7 +178,7 @@ def setup(config: Config, *, identity: str, role: str, state: str,
     logs.set_role(role)
     pipe = child_signals()
     client = connect(config.redis_url, embedded_dir=config.embedded_dir,
-                     socket_timeout=socket_timeout)
+                     socket_timeout=socket_timeout, redis_class=KeptRedis)
     clients.configure(clients.Client.keeping(client))
     set_title(config, role, state)
     return Basics(master_pid, pipe, client, start_beat(config, identity, master_pid))
