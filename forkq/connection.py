@@ -76,7 +76,6 @@ from forkq import __version__, redis_url
 
 EMBEDDED = "embedded"
 NO_RETRY = Retry(NoBackoff(), 0)
-T = TypeVar("T")
 """For clients that redis-py would otherwise give ten tries with growing pauses (those built
 with ``redis.Redis(...)``, not from a URL): one try; the caller decides what comes next."""
 SOCKET_NAME = "redis.sock"
@@ -435,6 +434,7 @@ class Direct:
 # -- round trips ----------------------------------------------------------------------
 
 Commands = list[tuple[Any, ...]]
+T = TypeVar("T")
 
 _forks = 0
 """How many times this process's line has forked (counted in each child)."""
