@@ -217,10 +217,6 @@ def test_every_connection_of_the_daemon_names_forkq(daemon: Any, tmp_path: Path)
               "the idle children are not waiting in Redis")
         named = f"redis-py(forkq_v{__version__})" if identified() else "redis-py"
         me = v.client_id()
-
-        def listed() -> list[dict[str, Any]]:
-            return [c for c in v.client_list() if int(c["id"]) != me]
-
         # A connection is listed from its connect() on, without a lib-name until its
         # handshake's CLIENT SETINFO lands: on a loaded host the children's other
         # connections may still be opening while their fetches block. So wait until
@@ -229,7 +225,7 @@ def test_every_connection_of_the_daemon_names_forkq(daemon: Any, tmp_path: Path)
         theirs: list[dict[str, Any]] = []
 
         def handshaken() -> bool:
-            theirs[:] = listed()
+            theirs[:] = [c for c in v.client_list() if int(c["id"]) != me]
             return len(theirs) >= 2 + 2 * 4 and all(c["lib-name"] for c in theirs)
 
         until(handshaken, 15, lambda: f"connections without a lib-name: {theirs}")
