@@ -45,8 +45,8 @@ Two ways to get the connection:
   trips needs one check: that the server did not close it (:func:`drop_if_closed`).
 
 A processor's client is a :class:`KeptRedis`: a job body's ``pipeline(transaction=False)``
-(:class:`KeptPipeline`) goes out on those kept connections too, with redis-py's packing and
-response callbacks, so its replies and errors are redis-py's.
+(:class:`KeptPipeline`) goes out on those kept connections too, packed to redis-py's bytes
+and read through redis-py's response callbacks, so its replies and errors are redis-py's.
 """
 
 from __future__ import annotations
@@ -495,6 +495,23 @@ def pack(commands: Commands) -> bytes:
     return b"".join(map(hiredis.pack_command, commands))
 
 
+def _pipeline_packed(conn: Any, commands: Commands) -> list[bytes]:
+    """A job body's pipeline commands packed for ``conn``: as :func:`pack` when each is plain
+    (a command name without a space, arguments hiredis takes: str, bytes, int, float,
+    memoryview) and the client encodes text as strict UTF-8, which gives redis-py's bytes;
+    by redis-py's ``pack_commands`` otherwise, which splits a name such as ``CLIENT
+    SETNAME`` and refuses a bool or an object with its DataError before anything is sent.
+    (A ``str`` subclass that overrides ``encode`` is sent as its text.)"""
+    encoder = conn.encoder
+    if (encoder.encoding == "utf-8" and encoder.encoding_errors == "strict"
+            and all(type(args[0]) is str and " " not in args[0] for args in commands)):
+        try:
+            return [pack(commands)]
+        except (TypeError, ValueError):  # a type hiredis refuses, a lone surrogate
+            pass
+    return conn.pack_commands(commands)  # type: ignore[no-any-return]
+
+
 def _reply(conn: Any) -> Any:
     try:
         return conn.read_response()
@@ -563,9 +580,10 @@ class KeptRedis(redis.Redis):
 class KeptPipeline(Pipeline):
     """redis-py's non-transactional pipeline whose :meth:`execute` sends the queued
     commands in one write on a kept connection and reads each reply through redis-py's
-    response callbacks: the same commands, packing, replies and errors as redis-py's
-    (``raise_on_error`` included), without its per-call pool checkout, retry wrapper and
-    observability hooks, which cost a job body about as much as the rest of its run.
+    response callbacks: the same commands, bytes, replies and errors as redis-py's
+    (``raise_on_error`` included), without its per-call pool checkout, retry wrapper,
+    observability hooks and per-argument packing in Python (:func:`_pipeline_packed`),
+    which cost a job body about as much as the rest of its run.
 
     As every command of forkq's clients, it is tried once: a connection error drops the
     connection and reaches the caller (the next call reconnects). A pipeline that WATCHes,
@@ -589,7 +607,7 @@ class KeptPipeline(Pipeline):
         return replies
 
     def _exchange(self, conn: Any, stack: list[Any]) -> list[Any]:
-        packed = conn.pack_commands([args for args, _ in stack])  # DataError: nothing sent
+        packed = _pipeline_packed(conn, [args for args, _ in stack])  # DataError: nothing sent
         try:
             conn.send_packed_command(packed)
             replies: list[Any] = []

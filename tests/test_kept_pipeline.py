@@ -10,6 +10,7 @@ connection.
 
 from __future__ import annotations
 
+import enum
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +20,7 @@ import redis
 from redis.client import Pipeline
 
 from forkq import client as clients
-from forkq.connection import KeptPipeline, KeptRedis, connect
+from forkq.connection import KeptPipeline, KeptRedis, _pipeline_packed, connect
 from forkq.embedded import EmbeddedServer
 from forkq.subprocesses import wait_for
 
@@ -114,6 +115,52 @@ def test_an_argument_redis_py_refuses_is_refused_before_anything_is_sent(
         pipe.execute()
     assert r.exists("a") == 0
     assert kept.pipeline(transaction=False).set("c", 1).execute() == [True]
+
+
+class Color(enum.IntEnum):
+    RED = 1
+
+
+class Shade(enum.StrEnum):
+    DARK = "dark"
+
+
+class Ratio(float):
+    def __repr__(self) -> str:
+        return "ratio"
+
+
+PLAIN_AND_ODD_COMMANDS = [
+    ("INCRBY", "n", 1),
+    ("SETBIT", "bits", 2**40, 1),
+    ("SET", "é", b"\xff\x00", "EX", 1.5),
+    ("SET", memoryview(b"view"), bytearray(b"array")),  # bytearray: redis-py's path
+    ("SET", Shade.DARK, Color.RED),  # an IntEnum: redis-py writes its repr
+    ("SET", "ratio", Ratio(0.5)),
+    ("CLIENT SETNAME", "split"),  # a name with a space: redis-py's path
+]
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1"])
+def test_a_pipeline_is_packed_to_redis_pys_bytes(encoding: str) -> None:
+    conn = redis.Connection(encoding=encoding)  # never connected: packing needs no server
+    for command in PLAIN_AND_ODD_COMMANDS:
+        assert b"".join(_pipeline_packed(conn, [command])) == \
+            b"".join(conn.pack_commands([command]))
+    assert b"".join(_pipeline_packed(conn, PLAIN_AND_ODD_COMMANDS)) == \
+        b"".join(conn.pack_commands(PLAIN_AND_ODD_COMMANDS))
+
+
+def test_what_redis_py_refuses_in_packing_is_refused_alike() -> None:
+    conn = redis.Connection()
+    for command, error in ((("SET", "k", True), redis.DataError),
+                           (("SET", "k", object()), redis.DataError),
+                           (("SET", "k", "\ud800"), UnicodeEncodeError)):
+        with pytest.raises(error) as ours:
+            _pipeline_packed(conn, [command])
+        with pytest.raises(error) as theirs:
+            conn.pack_commands([command])
+        assert str(ours.value) == str(theirs.value)
 
 
 def test_transactions_watch_and_scripts_stay_redis_pys(kept: redis.Redis,
