@@ -9,8 +9,9 @@ one server (a private throwaway one unless ``--redis-url`` is given), each measu
 from the OS's accounting):
 
 - **job body alone**: ``-c`` forked processes run the benchmark job's body
-  (:func:`forkq.tools.bench_jobs.work`, on a client of their own) back to back, N in all, with
-  nothing around it: the most that many Python processes could do with this body;
+  (:func:`forkq.tools.bench_jobs.work`, on a client of their own of the class a processor's
+  is, :class:`forkq.connection.KeptRedis`) back to back, N in all, with nothing around it:
+  the most that many Python processes could do with this body;
 - **forkq, no-op body**: the daemon drains N jobs of :data:`NOOP_CLASS` (registered by
   this module, which that daemon requires by its path), whose body only counts: forkq's own
   cost per job (fetch, decode, middleware, metrics, acknowledgement);
@@ -34,7 +35,7 @@ import redis
 
 from forkq import client as clients
 from forkq import registry
-from forkq.connection import connect
+from forkq.connection import KeptRedis, connect
 from forkq.embedded import server_url
 from forkq.errors import ForkqError
 from forkq.tools import bench, bench_jobs, bench_procs
@@ -114,7 +115,7 @@ def _fork_body(url: str, numbers: range) -> int:
         return pid
     code = 1
     try:
-        clients.configure(clients.Client(connect(url)))
+        clients.configure(clients.Client(connect(url, redis_class=KeptRedis)))
         for n in numbers:
             bench_jobs.work(n % phases.BIT_RANGE)
         code = 0
