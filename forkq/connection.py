@@ -497,14 +497,15 @@ def pack(commands: Commands) -> bytes:
 
 def _pipeline_packed(conn: Any, commands: Commands) -> list[bytes]:
     """A job body's pipeline commands packed for ``conn``: as :func:`pack` when each is plain
-    (a command name without a space, arguments hiredis takes: str, bytes, int, float,
+    (a command name without whitespace, arguments hiredis takes: str, bytes, int, float,
     memoryview) and the client encodes text as strict UTF-8, which gives redis-py's bytes;
     by redis-py's ``pack_commands`` otherwise, which splits a name such as ``CLIENT
     SETNAME`` and refuses a bool or an object with its DataError before anything is sent.
     (A ``str`` subclass that overrides ``encode`` is sent as its text.)"""
     encoder = conn.encoder
     if (encoder.encoding == "utf-8" and encoder.encoding_errors == "strict"
-            and all(type(args[0]) is str and " " not in args[0] for args in commands)):
+            and all(type(name := args[0]) is str and name.isprintable() and " " not in name
+                    for args in commands)):
         try:
             return [pack(commands)]
         except (TypeError, ValueError):  # a type hiredis refuses, a lone surrogate

@@ -137,7 +137,9 @@ PLAIN_AND_ODD_COMMANDS = [
     ("SET", memoryview(b"view"), bytearray(b"array")),  # bytearray: redis-py's path
     ("SET", Shade.DARK, Color.RED),  # an IntEnum: redis-py writes its repr
     ("SET", "ratio", Ratio(0.5)),
-    ("CLIENT SETNAME", "split"),  # a name with a space: redis-py's path
+    ("SET", "view", memoryview(b"v" * 10_000)),  # beyond redis-py's 6,000-byte chunks
+    ("CLIENT SETNAME", "split"),  # a name with whitespace: redis-py's path
+    ("CLIENT\tSETNAME", "split"),
 ]
 
 
